@@ -1,0 +1,5 @@
+import sys
+
+from prompttune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""The two operations every backend offers: label scoring and generation, both batched."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from prompttune.search_spaces.prompt import Prompt
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Teacher-forced log-probability of each continuation after `text`."""
+
+    text: str
+    continuations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    logprobs: tuple[float, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    text: str
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    text: str
+    token_logprobs: tuple[float, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class Backend(ABC):
+    """A model behind a uniform interface; `model_id` keys the cache, so it must name the weights."""
+
+    model_id: str
+
+    @abstractmethod
+    def to_text(self, prompt: Prompt) -> str:
+        """Final prompt string (chat messages go through the model's chat template)."""
+
+    @abstractmethod
+    def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        """One result per request, same order."""
+
+    @abstractmethod
+    def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
+        """Greedy decoding; one result per request, same order."""

@@ -1,0 +1,102 @@
+"""Command line: `optimize ...` and `prompttune <command> ...`.
+
+Bad input ends in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+import yaml
+from pydantic import ValidationError
+
+from prompttune.errors import UserError
+
+EXIT_USAGE = 2
+
+
+def _parse_option(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise UserError(f"--option expects KEY=VALUE, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), yaml.safe_load(value)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that loads a task and a model."""
+    parser.add_argument("--task", default="agnews", help="agnews, sst2, or a task YAML file")
+    parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
+    parser.add_argument("--space", help="search-space YAML file (default: the task's built-in space)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="embedded:smollm2-135m-instruct",
+                        help="HF id, local directory or .gguf file (default: the embedded SmolLM2-135M)")
+    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--scoring", choices=["logit", "generate"], default="logit")
+    parser.add_argument("--train-size", type=int, default=1000)
+    parser.add_argument("--dev-size", type=int, default=300)
+    parser.add_argument("--test-size", type=int, default=1000)
+    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--cache", help="shared SQLite cache file (default: one per run)")
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from prompttune.config import RunConfig
+    from prompttune.runner import run_optimization
+
+    config = RunConfig(
+        task=args.task, data_dir=args.data_dir, space=args.space, optimizer=args.optimizer,
+        optimizer_options=dict(_parse_option(o) for o in args.option), budget=args.budget,
+        budget_tokens=args.budget_tokens, seed=args.seed, model=args.model, dtype=args.dtype,
+        device=args.device, batch_size=args.batch_size, scoring=args.scoring, objective=args.objective,
+        train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
+        runs_dir=args.runs_dir, cache=args.cache)
+    result = run_optimization(config)
+    print(f"baseline test accuracy {result.confirmation.baseline_accuracy:.3f}, "
+          f"best {result.confirmation.best_accuracy:.3f}, "
+          f"McNemar p {result.confirmation.comparison.p_two_sided:.4g}, "
+          f"budget used {result.search_ledger.calls}/{config.budget}; report: {result.run_dir / 'report.md'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="prompttune", description="Automatic prompt optimization "
+                                     "with honest, held-out verdicts.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    opt = commands.add_parser("optimize", help="search a prompt space under a budget, confirm on test")
+    add_run_arguments(opt)
+    opt.add_argument("--optimizer", default="random")
+    opt.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls")
+    opt.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens")
+    opt.add_argument("--objective", default="accuracy",
+                     help="accuracy, macro_f1, valid_rate or service_accuracy")
+    opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="optimizer option (repeatable)")
+    opt.set_defaults(handler=_optimize)
+    return parser
+
+
+def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    try:
+        return handler(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        print(f"error: invalid option {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted: trials so far are in the run directory", file=sys.stderr)
+        return 130
+    return EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return _run(args.handler, args)
+
+
+def optimize_main(argv: Sequence[str] | None = None) -> int:
+    return main(["optimize", *(sys.argv[1:] if argv is None else argv)])

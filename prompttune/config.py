@@ -1,0 +1,32 @@
+"""The full run configuration (saved verbatim to config.json)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = "agnews"
+    data_dir: str | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
+    space: str | None = Field(None, description="search-space file; default: the task's built-in space")
+    optimizer: str = "random"
+    optimizer_options: dict[str, Any] = Field(default_factory=dict)
+    budget: int = Field(2000, gt=0, description="hard cap on search-time model calls")
+    budget_tokens: int | None = Field(None, gt=0, description="optional cap on search-time tokens")
+    seed: int = 0
+    backend: Literal["transformers"] = "transformers"
+    model: str = "embedded:smollm2-135m-instruct"
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    device: str = "cpu"
+    batch_size: int = Field(32, gt=0)
+    scoring: Literal["logit", "generate"] = "logit"
+    objective: str = "accuracy"
+    train_size: int = Field(1000, gt=0)
+    dev_size: int = Field(300, gt=0)
+    test_size: int = Field(1000, gt=0)
+    runs_dir: str = "runs"
+    cache: str | None = Field(None, description="shared cache file; default: cache.sqlite in the run dir")

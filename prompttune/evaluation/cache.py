@@ -1,0 +1,46 @@
+"""Persistent SQLite cache of model outputs; a hit costs no budget."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def cache_key(*parts: Any) -> str:
+    """Hash of the model identity, exact prompt, scoring mode/decoding and example id."""
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+
+
+class ResultCache:
+    """Key → JSON value in one SQLite file; share the file across runs to reuse outputs."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path), timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._db.commit()
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, value in self._db.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk):
+                found[key] = json.loads(value)
+        return found
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)",
+                             [(k, json.dumps(v)) for k, v in items])
+        self._db.commit()
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,134 @@
+"""One optimization run: task → space → optimizer ⇄ evaluator → confirmation → run directory."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from prompttune.backends.base import Backend
+from prompttune.config import RunConfig
+from prompttune.errors import UserError
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.confirmation import Confirmation, confirm
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.optimizers import SearchContext, get_optimizer, run_search
+from prompttune.optimizers.base import SearchOutcome
+from prompttune.report import print_summary, write_report
+from prompttune.search_spaces import SearchSpace, default_space
+from prompttune.search_spaces.prompt import render, select_demos
+from prompttune.storage import JsonlStorage
+from prompttune.tasks import SplitSizes, Task, load_task
+
+
+def build_backend(config: RunConfig) -> Backend:
+    from prompttune.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend(config.model, dtype=config.dtype, device=config.device,
+                               batch_size=config.batch_size)
+
+
+def load_space(config: RunConfig, task: Task) -> SearchSpace:
+    if config.space is None:
+        return default_space(task)
+    from prompttune.search_spaces.loader import load_space_file
+
+    return load_space_file(config.space, task)
+
+
+def make_run_dir(config: RunConfig, task_name: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(config.runs_dir) / f"{stamp}-{task_name}-{config.optimizer}-s{config.seed}"
+    suffix = 1
+    while path.exists():
+        path = path.with_name(f"{path.name}-{suffix}")
+        suffix += 1
+    path.mkdir(parents=True)
+    return path
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    outcome: SearchOutcome
+    baseline_dev_score: float
+    confirmation: Confirmation
+    search_ledger: BudgetLedger
+    confirm_ledger: BudgetLedger
+    wall_seconds: float
+
+
+def run_optimization(config: RunConfig, backend: Backend | None = None,
+                     console: Console | None = None) -> RunResult:
+    started = time.time()
+    console = console or Console(stderr=True)
+    task = load_task(config.task, config.data_dir,
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.seed)
+    space = load_space(config, task)
+    optimizer_cls = get_optimizer(config.optimizer)
+    if config.budget < len(task.splits["dev"]):
+        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
+                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+    backend = backend or build_backend(config)
+    run_dir = make_run_dir(config, task.name)
+    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    cache = ResultCache(config.cache or run_dir / "cache.sqlite")
+
+    visible = task.without_test()
+    train = {ex.id: ex for ex in visible.splits["train"]}
+    seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
+    search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
+    evaluator = Evaluator(backend, seen_examples, train, cache, search_ledger, scoring=config.scoring)
+    context = SearchContext(space, [e.id for e in visible.splits["train"]],
+                            [e.id for e in visible.splits["dev"]], len(task.labels),
+                            config.objective, config.seed, dict(config.optimizer_options))
+    optimizer = optimizer_cls(context, evaluator)
+    storage = JsonlStorage(run_dir / "trials.jsonl")
+    baseline = space.default_candidate()
+
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
+                  console=console, transient=False) as progress:
+        bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
+        best_so_far = [float("-inf")]
+
+        def on_trial(trial: dict) -> None:
+            if trial["n"] == len(context.dev_ids):
+                best_so_far[0] = max(best_so_far[0], trial["score"])
+            progress.update(bar, completed=trial["budget_spent"],
+                            best=f"{best_so_far[0]:.3f}" if best_so_far[0] > float("-inf") else "–")
+
+        outcome = run_search(optimizer, evaluator, storage, on_trial)
+
+    baseline_dev = next((t["score"] for t in storage.load()
+                         if t["candidate_id"] == baseline.id and t["n"] == len(context.dev_ids)), None)
+    if baseline_dev is None:
+        raise UserError("the budget ran out before the baseline was scored on dev; raise --budget")
+
+    test = task.splits["test"]
+    confirm_ledger = BudgetLedger()
+    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache, confirm_ledger,
+                               scoring=config.scoring)
+    console.print(f"confirming baseline and best on {len(test)} held-out test examples…")
+    confirmation = confirm(baseline, outcome.best, test_evaluator, [e.id for e in test], config.seed)
+
+    example = render(outcome.best.spec, test[0], select_demos(outcome.best.spec, train))
+    (run_dir / "best_prompt.json").write_text(json.dumps({
+        "candidate_id": outcome.best.id,
+        "dimensions": outcome.best.values(space),
+        "spec": asdict(outcome.best.spec),
+        "diff_from_baseline": space.diff(baseline, outcome.best),
+    }, indent=2, ensure_ascii=False))
+    (run_dir / "best_prompt.txt").write_text(backend.to_text(example) + "\n")
+    result = RunResult(run_dir, outcome, baseline_dev, confirmation, search_ledger, confirm_ledger,
+                       time.time() - started)
+    write_report(result, config, task, space, baseline)
+    print_summary(result, console)
+    cache.close()
+    return result

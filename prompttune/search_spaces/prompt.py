@@ -1,0 +1,106 @@
+"""A concrete prompt design (PromptSpec) and its byte-exact rendering.
+
+Every search space builds PromptSpecs; every backend consumes the `Prompt` rendered from one.
+Demos are rendered by exactly the same code path as the live query, so few-shot examples always
+share the live format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal, Mapping, Sequence
+
+from prompttune.tasks.base import Example
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """All choices that turn (example, demos) into prompt text.
+
+    Templates use `{}` for the value; `instruction` may contain `{labels}` (the label words).
+    """
+
+    instruction: str = ""
+    instruction_position: Literal["before", "after"] = "before"
+    instruction_separator: str = "\n"
+    input_templates: tuple[tuple[str, str], ...] = (("text", "Input: {}"),)
+    field_joiner: str = "\n"
+    output_template: str = "Answer: {}"
+    intra_separator: str = "\n"
+    inter_separator: str = "\n\n"
+    label_words: tuple[str, ...] = ()
+    demo_ids: tuple[str, ...] = ()
+    chat: bool = False
+    system: str | None = None
+    cot: bool = False
+
+    @property
+    def output_prefix(self) -> str:
+        return self.output_template.split("{}", 1)[0]
+
+    def with_updates(self, **changes: object) -> "PromptSpec":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Rendered prompt: plain text, or chat messages plus the text that opens the assistant turn."""
+
+    text: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    assistant_prefix: str = ""
+    label_continuations: tuple[str, ...] = field(default=())
+
+
+COT_TRIGGER = "Let's think step by step, then give the final answer after 'Final answer:'."
+
+
+def _render_input(spec: PromptSpec, example: Example) -> str:
+    return spec.field_joiner.join(template.replace("{}", example.fields[name])
+                                  for name, template in spec.input_templates)
+
+
+def _labels_text(spec: PromptSpec) -> str:
+    return ", ".join(spec.label_words)
+
+
+def _split_trailing_space(text: str) -> tuple[str, str]:
+    """BPE tokenizers attach a leading space to the next word, so move trailing spaces there."""
+    stripped = text.rstrip(" ")
+    return stripped, text[len(stripped):]
+
+
+def render(spec: PromptSpec, example: Example, demos: Sequence[Example]) -> Prompt:
+    """Render the query `example` with `demos` (labels shown) in the spec's format."""
+    instruction = spec.instruction.replace("{labels}", _labels_text(spec))
+    if spec.cot and instruction:
+        instruction = f"{instruction} {COT_TRIGGER}"
+    elif spec.cot:
+        instruction = COT_TRIGGER
+    shots = [_render_input(spec, d) + spec.intra_separator + spec.output_template.replace(
+        "{}", spec.label_words[d.label]) for d in demos]
+    query_input = _render_input(spec, example)
+    body_parts = shots + [query_input]
+    body = spec.inter_separator.join(body_parts)
+    if instruction and spec.instruction_position == "before":
+        user = instruction + spec.instruction_separator + body
+    elif instruction:
+        user = body + spec.instruction_separator + instruction
+    else:
+        user = body
+    prefix, carried_space = _split_trailing_space(spec.output_prefix)
+    continuations = tuple(carried_space + word for word in spec.label_words)
+    if spec.chat:
+        messages = ((("system", spec.system),) if spec.system else ()) + (("user", user),)
+        return Prompt(messages=messages, assistant_prefix=prefix, label_continuations=continuations)
+    text = user + spec.intra_separator + prefix
+    text, more_space = _split_trailing_space(text)
+    if more_space:
+        continuations = tuple(more_space + c for c in continuations)
+    if spec.system:
+        text = spec.system + "\n\n" + text
+    return Prompt(text=text, label_continuations=continuations)
+
+
+def select_demos(spec: PromptSpec, pool: Mapping[str, Example]) -> list[Example]:
+    return [pool[i] for i in spec.demo_ids]

@@ -1,0 +1,43 @@
+"""Trial storage, swappable like Optuna's: append-only records of every evaluated candidate."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+
+class TrialStorage(ABC):
+    @abstractmethod
+    def append(self, trial: dict) -> None: ...
+
+    @abstractmethod
+    def load(self) -> list[dict]: ...
+
+
+class InMemoryStorage(TrialStorage):
+    def __init__(self) -> None:
+        self._trials: list[dict] = []
+
+    def append(self, trial: dict) -> None:
+        self._trials.append(trial)
+
+    def load(self) -> list[dict]:
+        return list(self._trials)
+
+
+class JsonlStorage(TrialStorage):
+    """One JSON line per trial, flushed at once so an interrupted run loses nothing."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
+
+    def append(self, trial: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(trial, ensure_ascii=False) + "\n")
+
+    def load(self) -> list[dict]:
+        with open(self.path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]

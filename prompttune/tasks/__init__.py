@@ -1,0 +1,23 @@
+"""Tasks: what is classified, its labels, and three disjoint splits."""
+
+from pathlib import Path
+
+from prompttune.errors import UserError
+from prompttune.tasks.base import Example, SplitSizes, Task
+from prompttune.tasks.builtin import BUILTIN, load_builtin
+from prompttune.tasks.custom import load_custom
+
+
+def load_task(name_or_path: str, data_dir: str | Path | None = None,
+              sizes: SplitSizes = SplitSizes(), seed: int = 0) -> Task:
+    """A built-in name (agnews, sst2) or the path of a task YAML file."""
+    if name_or_path in BUILTIN:
+        return load_builtin(name_or_path, data_dir, sizes, seed)
+    if name_or_path.endswith((".yaml", ".yml")):
+        if not Path(name_or_path).is_file():
+            raise UserError(f"task file {name_or_path} not found")
+        return load_custom(name_or_path, sizes, seed)
+    raise UserError(f"unknown task {name_or_path!r}: use one of {', '.join(BUILTIN)} or a task YAML file")
+
+
+__all__ = ["Example", "SplitSizes", "Task", "load_task"]

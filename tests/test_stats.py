@@ -1,0 +1,239 @@
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest, bootstrap
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.proportion import proportion_confint
+
+from prompttune.objectives import (
+    AcceptRule,
+    accuracy_sigma,
+    adjust_pvalues,
+    keep_any_win,
+    paired_bootstrap_ci,
+    paired_compare,
+    selection_bias_scale,
+    wilson_ci,
+)
+
+
+def paired_arrays(both_right: int, b: int, c: int, both_wrong: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-example correctness (candidate, incumbent) realising a given 2x2 table."""
+    cand = [True] * both_right + [True] * b + [False] * c + [False] * both_wrong
+    inc = [True] * both_right + [False] * b + [True] * c + [False] * both_wrong
+    return np.array(cand), np.array(inc)
+
+
+TABLES = [(30, 10, 2, 8), (20, 0, 0, 5), (10, 5, 5, 10), (40, 3, 12, 5), (5000, 260, 200, 1000)]
+
+
+@pytest.mark.parametrize("both_right,b,c,both_wrong", TABLES)
+def test_paired_compare_matches_statsmodels_mcnemar(both_right, b, c, both_wrong):
+    comp = paired_compare(*paired_arrays(both_right, b, c, both_wrong))
+    n = both_right + b + c + both_wrong
+    assert (comp.n, comp.b, comp.c, comp.both_right, comp.both_wrong) == (n, b, c, both_right, both_wrong)
+    expected = mcnemar([[both_right, c], [b, both_wrong]], exact=True).pvalue
+    assert comp.p_two_sided == pytest.approx(expected, rel=1e-12)
+    assert comp.diff == pytest.approx((b - c) / n)
+    if b + c == 0:
+        assert comp.p_one_sided == 1.0
+    else:
+        assert comp.p_one_sided == pytest.approx(binomtest(b, b + c, 0.5, alternative="greater").pvalue)
+    if b > c:  # the exact two-sided p doubles the smaller tail, which is the one-sided p
+        assert comp.p_one_sided == pytest.approx(comp.p_two_sided / 2, rel=1e-9)
+
+
+def test_paired_compare_rejects_unequal_lengths():
+    with pytest.raises(ValueError):
+        paired_compare([True, False], [True])
+
+
+@pytest.mark.parametrize("successes,n", [(0, 10), (7, 10), (10, 10), (63, 200), (1, 3)])
+def test_wilson_ci_matches_statsmodels(successes, n):
+    expected = proportion_confint(successes, n, alpha=0.05, method="wilson")
+    assert wilson_ci(successes, n) == pytest.approx(expected)
+    assert wilson_ci(successes, n, alpha=0.1) == pytest.approx(
+        proportion_confint(successes, n, alpha=0.1, method="wilson")
+    )
+
+
+def test_wilson_ci_without_examples_is_uninformative():
+    assert wilson_ci(0, 0) == (0.0, 1.0)
+
+
+def test_paired_bootstrap_ci_contains_true_diff_and_is_seeded():
+    cand, inc = paired_arrays(both_right=55, b=25, c=5, both_wrong=15)  # diff = +0.20
+    low, high = paired_bootstrap_ci(cand, inc, n_boot=2000, seed=3)
+    assert low < 0.20 < high
+    assert low > 0.0  # 25 vs 5 discordant pairs is a clear win
+    assert paired_bootstrap_ci(cand, inc, n_boot=2000, seed=3) == (low, high)
+
+
+def test_paired_bootstrap_ci_agrees_with_scipy_paired_resampling():
+    rng = np.random.default_rng(5)
+    cand = rng.random(300) < 0.75
+    inc = np.where(rng.random(300) < 0.7, cand, rng.random(300) < 0.7)
+    result = bootstrap(
+        (cand.astype(float), inc.astype(float)),
+        lambda x, y: x.mean() - y.mean(),
+        paired=True,
+        vectorized=False,
+        n_resamples=4000,
+        method="percentile",
+        rng=np.random.default_rng(6),
+    )
+    ours = paired_bootstrap_ci(cand, inc, n_boot=4000, seed=6)
+    assert ours == pytest.approx(
+        (result.confidence_interval.low, result.confidence_interval.high), abs=0.01
+    )
+
+
+def test_paired_bootstrap_ci_without_discordant_pairs_is_zero():
+    cand, inc = paired_arrays(both_right=30, b=0, c=0, both_wrong=10)
+    assert paired_bootstrap_ci(cand, inc) == (0.0, 0.0)
+
+
+def test_adjust_pvalues_holm_and_bh_by_hand():
+    reject, corrected = adjust_pvalues([0.01, 0.04, 0.03], method="holm")
+    # Holm: sorted 0.01*3, 0.03*2, 0.04*1 -> made monotone: 0.03, 0.06, 0.06
+    assert corrected == pytest.approx([0.03, 0.06, 0.06])
+    assert reject == [True, False, False]
+    reject, corrected = adjust_pvalues([0.01, 0.04, 0.03], method="fdr_bh")
+    # BH: 0.01*3/1, 0.03*3/2, 0.04*3/3 -> step-up minimum: 0.03, 0.04, 0.04
+    assert corrected == pytest.approx([0.03, 0.04, 0.04])
+    assert reject == [True, True, True]
+    assert adjust_pvalues([]) == ([], [])
+
+
+def test_accuracy_sigma_and_selection_bias_scale():
+    assert accuracy_sigma(0.7, 100) == pytest.approx(math.sqrt(0.21 / 100))
+    assert selection_bias_scale(0.05, 1) == 0.0
+    assert selection_bias_scale(0.05, 0) == 0.0
+    assert selection_bias_scale(0.02, 100) == pytest.approx(0.02 * math.sqrt(2 * math.log(100)))
+
+
+def test_selection_bias_scale_bounds_simulated_maximum():
+    rng = np.random.default_rng(0)
+    sigma, n_candidates = 0.03, 200
+    mean_max = rng.normal(0.0, sigma, size=(2000, n_candidates)).max(axis=1).mean()
+    bound = selection_bias_scale(sigma, n_candidates)
+    assert 0.75 * bound < mean_max < bound
+
+
+# --- AcceptRule ----------------------------------------------------------------
+
+
+def test_next_n_walks_the_stages():
+    rule = AcceptRule()
+    assert [rule.next_n(n) for n in (0, 50, 60, 399, 400, 1000)] == [50, 100, 100, 400, None, None]
+
+
+def test_accept_rule_validates_its_fields():
+    with pytest.raises(ValueError):
+        AcceptRule(stages=(100, 50))
+    with pytest.raises(ValueError):
+        AcceptRule(stages=())
+    with pytest.raises(ValueError):
+        AcceptRule(alpha=0.0)
+
+
+def test_decide_accepts_clear_win_at_first_stage():
+    decision = AcceptRule().decide(*paired_arrays(both_right=20, b=20, c=2, both_wrong=8))
+    assert decision.verdict == "accept"
+    assert decision.n == 50
+    assert decision.p_value == decision.comparison.p_one_sided
+
+
+def test_decide_rejects_clear_loss_at_first_stage():
+    decision = AcceptRule().decide(*paired_arrays(both_right=20, b=2, c=20, both_wrong=8))
+    assert decision.verdict == "reject"
+    # Without futility the same evidence only says "keep looking".
+    no_futility = AcceptRule(futility_p=0.0)
+    assert no_futility.decide(*paired_arrays(20, 2, 20, 8)).verdict == "continue"
+
+
+def test_decide_keeps_a_slightly_trailing_candidate_until_the_last_stage():
+    rule = AcceptRule()
+    assert rule.decide(*paired_arrays(both_right=24, b=8, c=10, both_wrong=8)).verdict == "continue"
+    assert rule.decide(*paired_arrays(24, 8, 10, 8), final=True).verdict == "reject"
+    assert rule.decide(*paired_arrays(324, 8, 10, 58)).verdict == "reject"  # n = 400, last stage
+
+
+def test_futility_margin_tolerates_small_deficits():
+    tolerant = AcceptRule(futility_margin=0.5)
+    assert tolerant.decide(*paired_arrays(20, 2, 20, 8)).verdict == "continue"
+
+
+def test_decide_sweep_holm_blocks_a_lone_marginal_win():
+    rule = AcceptRule()
+    marginal = paired_arrays(both_right=300, b=14, c=3, both_wrong=83)  # n = 400
+    noise = paired_arrays(both_right=300, b=10, c=10, both_wrong=80)
+    p = rule.decide(*marginal).p_value
+    assert p < rule.look_alpha < 3 * p  # accepted alone, not after Holm over 3 candidates
+    plain = rule.decide_sweep([marginal, noise, noise])
+    assert [d.verdict for d in plain] == ["accept", "reject", "reject"]
+    holm = AcceptRule(holm=True).decide_sweep([marginal, noise, noise])
+    assert [d.verdict for d in holm] == ["reject", "reject", "reject"]
+    assert holm[0].p_value == pytest.approx(3 * p)
+
+
+def test_keep_any_win():
+    assert keep_any_win([True, True, False], [True, False, False])
+    assert not keep_any_win([True, False], [False, True])
+
+
+# --- simulations ----------------------------------------------------------------
+
+
+def run_staged(rule: AcceptRule, cand: np.ndarray, inc: np.ndarray):
+    """Feed one simulated run to the rule stage by stage, as an optimizer would."""
+    n = rule.next_n(0)
+    while True:
+        decision = rule.decide(cand[:n], inc[:n], final=n >= cand.size)
+        if decision.verdict != "continue":
+            return decision
+        n = rule.next_n(n)
+
+
+def simulate_pairs(rng, runs: int, n: int, probs) -> tuple[np.ndarray, np.ndarray]:
+    """Correctness of (candidate, incumbent) with cell probabilities (both right, b, c, both wrong)."""
+    cell = rng.choice(4, size=(runs, n), p=probs)
+    return np.isin(cell, (0, 1)), np.isin(cell, (0, 2))
+
+
+@pytest.mark.parametrize(
+    "probs",
+    [
+        pytest.param([0.49, 0.21, 0.21, 0.09], id="independent"),  # both 0.7, independent
+        pytest.param([0.60, 0.10, 0.10, 0.20], id="agree-80pct"),  # both 0.7, agree on 80%
+    ],
+)
+def test_aa_false_accept_rate(probs):
+    rng = np.random.default_rng(2024)
+    rule = AcceptRule(stages=(50, 100, 200, 400), alpha=0.05)
+    cand, inc = simulate_pairs(rng, runs=1500, n=400, probs=probs)
+    assert cand.mean() == pytest.approx(inc.mean(), abs=0.01)
+    decisions = [run_staged(rule, c, i) for c, i in zip(cand, inc)]
+    false_accepts = np.mean([d.verdict == "accept" for d in decisions])
+    naive_accepts = np.mean([keep_any_win(c, i) for c, i in zip(cand, inc)])
+    assert false_accepts <= rule.alpha + 0.02
+    assert naive_accepts > 0.3
+    assert np.mean([d.n for d in decisions]) < 400  # futility saves examples
+
+
+def test_power_on_a_clearly_better_candidate():
+    rng = np.random.default_rng(7)
+    cand = rng.random((300, 400)) < 0.85
+    inc = rng.random((300, 400)) < 0.60
+    decisions = [run_staged(AcceptRule(), c, i) for c, i in zip(cand, inc)]
+    assert np.mean([d.verdict == "accept" for d in decisions]) > 0.9
+
+
+def test_clearly_worse_candidate_is_rejected_at_the_first_stage():
+    rng = np.random.default_rng(11)
+    cand = rng.random((300, 400)) < 0.4
+    inc = rng.random((300, 400)) < 0.8
+    decisions = [run_staged(AcceptRule(), c, i) for c, i in zip(cand, inc)]
+    assert all(d.verdict == "reject" for d in decisions)
+    assert np.mean([d.n == 50 for d in decisions]) > 0.95
