@@ -85,12 +85,18 @@ def make_splits(
     rng = np.random.default_rng(seed)
     taken: set[str] = set()
     splits: dict[str, list[Example]] = {}
-    for split in ("test", "dev", "train"):
+    order = ("test", "dev", "train")
+    for position, split in enumerate(order):
         pool = [ex for ex in pools[split] if ex.id not in taken]
         want = getattr(sizes, split)
         if want <= 0 or not pool:
             raise UserError(f"task {name!r}: split {split!r} is empty (asked for {want} examples, "
                             f"{len(pool)} available)")
+        sharing = [later for later in order[position + 1:] if pools[later] is pools[split]]
+        if sharing and want + sum(getattr(sizes, s) for s in sharing) > len(pool):
+            raise UserError(f"task {name!r}: {len(pool)} examples cannot fill {split} {want} + "
+                            + " + ".join(f"{s} {getattr(sizes, s)}" for s in sharing)
+                            + "; lower --train-size/--dev-size/--test-size")
         splits[split] = stratified_sample(pool, want, rng)
         taken.update(ex.id for ex in splits[split])
     return splits

@@ -6,10 +6,10 @@ import csv
 import json
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from prompttune.errors import UserError
+from prompttune.yamlio import load_yaml
 from prompttune.tasks.base import Example, SplitSizes, Task, check_labels, make_splits
 
 _SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "val": "dev",
@@ -50,10 +50,7 @@ def _read_rows(path: Path, fmt: str) -> list[dict[str, str]]:
 
 
 def _parse_spec(path: Path) -> TaskFile:
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"{path}: cannot read task file: {str(exc).splitlines()[0]}") from exc
+    raw = load_yaml(path)
     try:
         return TaskFile.model_validate(raw)
     except ValidationError as exc:

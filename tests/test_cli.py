@@ -1,0 +1,41 @@
+"""Bad input ends in one line on stderr and exit code 2 — never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prompttune.cli import main
+
+
+def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--task", "imdb"], "unknown task 'imdb'"),
+    (["--task", "agnews", "--data-dir", "/nonexistent"], "data dir /nonexistent does not exist"),
+    (["--task", "missing.yaml"], "task file missing.yaml not found"),
+    (["--optimizer", "genetic"], "unknown optimizer 'genetic'"),
+    (["--budget", "10"], "budget 10 too small"),
+    (["--budget", "0"], "invalid option budget"),
+    (["--option", "novalue"], "--option expects KEY=VALUE"),
+])
+def test_bad_input_is_one_line_with_exit_code_2(capsys, data_dir: Path, tmp_path: Path, argv, message) -> None:
+    args = ["optimize", "--runs-dir", str(tmp_path), *argv]
+    if "--data-dir" not in argv:
+        args += ["--data-dir", str(data_dir)]
+    code, err = _run(capsys, *args)
+    assert code == 2
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_labels_absent_from_custom_data(capsys, tmp_path: Path) -> None:
+    (tmp_path / "d.csv").write_text("text,label\n" + "".join(f"t{i},yes\n" for i in range(20)))
+    (tmp_path / "t.yaml").write_text("name: t\ndata: d.csv\ntext_columns: [text]\nlabel_column: label\n"
+                                     "labels: {yes: [yes], no: [no]}\n")
+    code, err = _run(capsys, "optimize", "--task", str(tmp_path / "t.yaml"), "--runs-dir", str(tmp_path))
+    assert code == 2 and "labels absent from the data: no" in err

@@ -1,0 +1,97 @@
+"""Evaluator, cache and ledger: hits are free, the cap is hard, the ledger equals real calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
+from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.errors import BudgetExhausted
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.extraction import extract_label
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.search_spaces import default_space
+from tests.conftest import synthetic_task
+
+
+class CountingBackend(Backend):
+    """Wraps a backend and counts the requests that really reach it."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner, self.model_id, self.calls = inner, inner.model_id, 0
+
+    def to_text(self, prompt):
+        return self.inner.to_text(prompt)
+
+    def score(self, requests: list[ScoreRequest]):
+        self.calls += len(requests)
+        return self.inner.score(requests)
+
+    def generate(self, requests: list[GenerateRequest]):
+        self.calls += len(requests)
+        return self.inner.generate(requests)
+
+
+def _setup(cap: int | None, cache: ResultCache | None = None):
+    task = synthetic_task()
+    examples = [e for split in task.splits.values() for e in split]
+    backend = CountingBackend(SyntheticOracleBackend(examples, lambda text: 0.7))
+    visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
+    ledger = BudgetLedger(cap_calls=cap)
+    evaluator = Evaluator(backend, visible, {e.id: e for e in task.splits["train"]},
+                          cache if cache is not None else ResultCache(), ledger)
+    return task, backend, ledger, evaluator
+
+
+def test_cache_hit_costs_no_budget_and_persists(tmp_path: Path) -> None:
+    cache = ResultCache(tmp_path / "c.sqlite")
+    task, backend, ledger, evaluator = _setup(None, cache)
+    spec = default_space(task).default_candidate().spec
+    dev = [e.id for e in task.splits["dev"]][:20]
+    first = evaluator.evaluate(spec, dev)
+    again = evaluator.evaluate(spec, dev)
+    assert ledger.calls == backend.calls == 20
+    assert [r.pred for r in first] == [r.pred for r in again] and all(r.cached for r in again)
+    cache.close()
+    _, backend2, ledger2, evaluator2 = _setup(None, ResultCache(tmp_path / "c.sqlite"))
+    evaluator2.evaluate(spec, dev)
+    assert ledger2.calls == backend2.calls == 0
+
+
+def test_cap_is_hard_and_ledger_equals_backend_calls() -> None:
+    task, backend, ledger, evaluator = _setup(cap=50)
+    space = default_space(task)
+    dev = [e.id for e in task.splits["dev"]]
+    evaluator.evaluate(space.default_candidate().spec, dev[:30])
+    with pytest.raises(BudgetExhausted, match="30 calls requested, 20 left"):
+        evaluator.evaluate(space.build({**space.default, "intra_separator": 1}).spec, dev[:30])
+    evaluator.evaluate(space.build({**space.default, "intra_separator": 1}).spec, dev[:20])
+    assert ledger.calls == backend.calls == 50
+    assert ledger.tokens > 0
+    with pytest.raises(BudgetExhausted):
+        evaluator.propose("write an instruction")
+    assert backend.calls == 50
+
+
+def test_test_examples_are_invisible_to_the_search_evaluator() -> None:
+    task, _, _, evaluator = _setup(None)
+    spec = default_space(task).default_candidate().spec
+    with pytest.raises(PermissionError, match="not visible"):
+        evaluator.evaluate(spec, [task.splits["test"][0].id])
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("Sports", 1), ("the answer is sports.", 1), ("World and Sports", None), ("nothing", None),
+    ("worldwide news", None), ("SCI/TECH", 3), ("Sci/Tech stuff", 3),
+])
+def test_extraction_rule(text: str, expected: int | None) -> None:
+    assert extract_label(text, ["World", "Sports", "Business", "Sci/Tech"]) == expected
+
+
+def test_cot_extraction_reads_the_final_answer_only() -> None:
+    words = ["negative", "positive"]
+    assert extract_label("Not negative at all. Final answer: positive", words, cot=True) == 1
+    assert extract_label("It is positive.", words, cot=True) is None
