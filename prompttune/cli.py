@@ -1,4 +1,4 @@
-"""Command line: `optimize ...` and `prompttune <command> ...`.
+"""Command line: `optimize ...`, `evaluate ...` and `prompttune <command> ...`.
 
 Bad input ends in one line on stderr and exit code 2, never a traceback.
 """
@@ -35,7 +35,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--scoring", choices=["logit", "generate"], default="logit")
+    parser.add_argument("--scoring", default="logit",
+                        help="logit (default) or generate; evaluate also takes calibrated")
     parser.add_argument("--train-size", type=int, default=1000)
     parser.add_argument("--dev-size", type=int, default=300)
     parser.add_argument("--test-size", type=int, default=1000)
@@ -62,6 +63,45 @@ def _optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evaluate(args: argparse.Namespace) -> int:
+    from prompttune.evaluation.prompt_set import EvaluateConfig, run_evaluation
+
+    config = EvaluateConfig(
+        task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, sample=args.sample,
+        split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
+        posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, budget=args.budget,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, model=args.model, dtype=args.dtype,
+        device=args.device, batch_size=args.batch_size, train_size=args.train_size, dev_size=args.dev_size,
+        test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache)
+    result = run_evaluation(config)
+    first = result.settings[0].summary
+    print(f"{len(result.prompts)} prompts on {len(result.example_ids)} {config.split} examples: "
+          f"{result.settings[0].scoring} accuracy {min(first.accuracies):.3f}–{first.max_p:.3f} "
+          f"(AvgP {first.avg_p:.3f}, CPS {first.cps:.3f}), {result.ledger.calls} calls; "
+          f"report: {result.run_dir / 'report.md'}")
+    return 0
+
+
+def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
+    ev = commands.add_parser("evaluate", help="score a set of prompts on held-out data; measure "
+                             "how much the wording matters")
+    add_run_arguments(ev)
+    ev.add_argument("--prompts", help="prompts file: YAML/JSON list of templates with {text} (and {labels})")
+    ev.add_argument("--sample", type=int, metavar="N",
+                    help="evaluate N distinct candidates drawn from --space (default: the built-in space)")
+    ev.add_argument("--split", default="test", help="dev or test (default test: an evaluation, not a search)")
+    ev.add_argument("--calibrate", action="store_true",
+                    help="also score with contextual calibration and compare the rankings")
+    ev.add_argument("--ensemble", type=int, metavar="K", help="template ensembles of K prompts each")
+    ev.add_argument("--posix", action="store_true", help="POSIX prompt sensitivity (generates and re-scores)")
+    ev.add_argument("--posix-size", type=int, default=10,
+                    help="examples used for POSIX; costs prompts² scored responses each (default 10)")
+    ev.add_argument("--top-k", type=int, default=3, help="k of the top-k IoU between two scorings")
+    ev.add_argument("--budget", type=int, help="optional hard cap on model calls")
+    ev.add_argument("--max-new-tokens", type=int, default=16, help="generation length (generate, POSIX)")
+    ev.set_defaults(handler=_evaluate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prompttune", description="Automatic prompt optimization "
                                      "with honest, held-out verdicts.")
@@ -76,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="optimizer option (repeatable)")
     opt.set_defaults(handler=_optimize)
+    add_evaluate_parser(commands)
     return parser
 
 
@@ -100,3 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def optimize_main(argv: Sequence[str] | None = None) -> int:
     return main(["optimize", *(sys.argv[1:] if argv is None else argv)])
+
+
+def evaluate_main(argv: Sequence[str] | None = None) -> int:
+    return main(["evaluate", *(sys.argv[1:] if argv is None else argv)])

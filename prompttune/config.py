@@ -17,7 +17,8 @@ class RunConfig(BaseModel):
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     budget: int = Field(2000, gt=0, description="hard cap on search-time model calls")
     budget_tokens: int | None = Field(None, gt=0, description="optional cap on search-time tokens")
-    seed: int = 0
+    seed: int = Field(0, description="optimizer seed (sampling, proposals)")
+    split_seed: int = Field(0, description="seed of the train/dev/test draw; fixed across compared arms")
     backend: Literal["transformers"] = "transformers"
     model: str = "embedded:smollm2-135m-instruct"
     dtype: Literal["auto", "bf16", "fp32"] = "auto"
@@ -25,6 +26,8 @@ class RunConfig(BaseModel):
     batch_size: int = Field(32, gt=0)
     scoring: Literal["logit", "generate"] = "logit"
     objective: str = "accuracy"
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every accept decision")
+    proposer_model: str | None = Field(None, description="model that writes instructions; default: the task model")
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)
     test_size: int = Field(1000, gt=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -20,6 +21,9 @@ ALPHA = 0.05
 
 def verdict(result: "RunResult") -> str:
     c = result.confirmation
+    if result.outcome.best.id == result.baseline.id:
+        return ("baseline kept: no candidate beat it on dev under the paired accept rule, "
+                "so there is no gain to confirm")
     if c.comparison.b + c.comparison.c == 0:
         return "no change on test: the selected prompt behaves like the baseline"
     if c.gain > 0 and c.comparison.p_two_sided < ALPHA:
@@ -27,6 +31,21 @@ def verdict(result: "RunResult") -> str:
     if c.gain < 0 and c.comparison.p_two_sided < ALPHA:
         return "worse on test: the dev winner is significantly worse than the baseline"
     return f"not confirmed: the test difference is not significant (p ≥ {ALPHA}); keep the baseline"
+
+
+def describe_change(space: "SearchSpace", baseline: "Candidate", best: "Candidate") -> str:
+    """Grid candidates diff by dimension; proposed ones (no assignment) by prompt-spec field."""
+    if best.assignment:
+        return space.diff(baseline, best)
+    before, after = asdict(baseline.spec), asdict(best.spec)
+    changed = [f"{name} {before[name]!r} → {after[name]!r}" for name in before if before[name] != after[name]]
+    return ", ".join(changed) or "no change"
+
+
+def _noise_phrase(gain: float, bias: float) -> str:
+    if gain <= bias:
+        return "a dev gain this small is within what selection among noisy scores produces"
+    return "the dev gain exceeds that noise scale, but only the test split can confirm it"
 
 
 def _ci(ci: tuple[float, float]) -> str:
@@ -65,8 +84,9 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"Baseline {result.baseline_dev_score:.3f}, best {o.best_dev_score:.3f} "
         f"(gain {o.best_dev_score - result.baseline_dev_score:+.3f}) after {o.n_candidates} candidates "
         f"in {o.n_trials} trials. Selection-bias scale σ·√(2 ln F) = {bias:.3f} for F = "
-        f"{o.n_candidates}: a dev gain of this size is expected from noise alone.",
+        f"{o.n_candidates}: {_noise_phrase(o.best_dev_score - result.baseline_dev_score, bias)}.",
         "",
+        *([ "## Optimizer", "", *o.notes, ""] if o.notes else []),
         "## Budget",
         "",
         f"Search: {ledger.calls} of {ledger.cap_calls} calls "
@@ -78,7 +98,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         "",
         "## Best prompt",
         "",
-        f"Candidate `{o.best.id}`; change from baseline: {space.diff(baseline, o.best)}.",
+        f"Candidate `{o.best.id}`; change from baseline: {describe_change(space, baseline, o.best)}.",
         "",
         "```text",
         (result.run_dir / "best_prompt.txt").read_text().rstrip("\n"),

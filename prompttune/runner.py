@@ -18,10 +18,12 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, confirm
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, get_optimizer, run_search
+from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.base import SearchOutcome
-from prompttune.report import print_summary, write_report
-from prompttune.search_spaces import SearchSpace, default_space
+from prompttune.report import describe_change, print_summary, write_report
+from prompttune.search_spaces import Candidate, SearchSpace, default_space
 from prompttune.search_spaces.prompt import render, select_demos
 from prompttune.storage import JsonlStorage
 from prompttune.tasks import SplitSizes, Task, load_task
@@ -31,6 +33,13 @@ def build_backend(config: RunConfig) -> Backend:
     from prompttune.backends.transformers_backend import TransformersBackend
 
     return TransformersBackend(config.model, dtype=config.dtype, device=config.device,
+                               batch_size=config.batch_size)
+
+
+def build_proposer_backend(config: RunConfig) -> Backend:
+    from prompttune.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend(config.proposer_model, dtype=config.dtype, device=config.device,
                                batch_size=config.batch_size)
 
 
@@ -56,6 +65,7 @@ def make_run_dir(config: RunConfig, task_name: str) -> Path:
 @dataclass
 class RunResult:
     run_dir: Path
+    baseline: Candidate
     outcome: SearchOutcome
     baseline_dev_score: float
     confirmation: Confirmation
@@ -69,7 +79,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None,
     started = time.time()
     console = console or Console(stderr=True)
     task = load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.seed)
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
     space = load_space(config, task)
     optimizer_cls = get_optimizer(config.optimizer)
     if config.budget < len(task.splits["dev"]):
@@ -82,34 +92,34 @@ def run_optimization(config: RunConfig, backend: Backend | None = None,
 
     visible = task.without_test()
     train = {ex.id: ex for ex in visible.splits["train"]}
+    space = space.bind(visible.splits["train"])
     seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
     search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
     evaluator = Evaluator(backend, seen_examples, train, cache, search_ledger, scoring=config.scoring)
-    context = SearchContext(space, [e.id for e in visible.splits["train"]],
-                            [e.id for e in visible.splits["dev"]], len(task.labels),
-                            config.objective, config.seed, dict(config.optimizer_options))
-    optimizer = optimizer_cls(context, evaluator)
+    context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
+                            config.objective, config.seed, config.budget, dict(config.optimizer_options),
+                            AcceptRule(alpha=config.alpha))
+    proposer = Proposer(build_proposer_backend(config) if config.proposer_model else backend, search_ledger)
+    optimizer = optimizer_cls(context, proposer)
     storage = JsonlStorage(run_dir / "trials.jsonl")
-    baseline = space.default_candidate()
+    baseline = optimizer.baseline
 
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
                   console=console, transient=False) as progress:
         bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
-        best_so_far = [float("-inf")]
 
         def on_trial(trial: dict) -> None:
-            if trial["n"] == len(context.dev_ids):
-                best_so_far[0] = max(best_so_far[0], trial["score"])
+            best = trial.get("best_so_far")
             progress.update(bar, completed=trial["budget_spent"],
-                            best=f"{best_so_far[0]:.3f}" if best_so_far[0] > float("-inf") else "–")
+                            best="–" if best is None else f"{best:.3f}")
 
         outcome = run_search(optimizer, evaluator, storage, on_trial)
 
-    baseline_dev = next((t["score"] for t in storage.load()
-                         if t["candidate_id"] == baseline.id and t["n"] == len(context.dev_ids)), None)
-    if baseline_dev is None:
+    baseline_ids = [i for i in context.dev_ids if i in optimizer.memo.get(baseline.id, {})]
+    if not baseline_ids:
         raise UserError("the budget ran out before the baseline was scored on dev; raise --budget")
+    baseline_dev = optimizer.score_on(baseline, baseline_ids)
 
     test = task.splits["test"]
     confirm_ledger = BudgetLedger()
@@ -123,10 +133,10 @@ def run_optimization(config: RunConfig, backend: Backend | None = None,
         "candidate_id": outcome.best.id,
         "dimensions": outcome.best.values(space),
         "spec": asdict(outcome.best.spec),
-        "diff_from_baseline": space.diff(baseline, outcome.best),
+        "diff_from_baseline": describe_change(space, baseline, outcome.best),
     }, indent=2, ensure_ascii=False))
     (run_dir / "best_prompt.txt").write_text(backend.to_text(example) + "\n")
-    result = RunResult(run_dir, outcome, baseline_dev, confirmation, search_ledger, confirm_ledger,
+    result = RunResult(run_dir, baseline, outcome, baseline_dev, confirmation, search_ledger, confirm_ledger,
                        time.time() - started)
     write_report(result, config, task, space, baseline)
     print_summary(result, console)

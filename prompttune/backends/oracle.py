@@ -17,6 +17,9 @@ from prompttune.search_spaces.prompt import Prompt
 from prompttune.tasks.base import Example
 
 
+_KEY = 16
+
+
 def _unit(*parts: str) -> float:
     digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64
@@ -30,6 +33,12 @@ class SyntheticOracleBackend(Backend):
         self.seed = str(seed)
         self.proposals = proposals or (lambda text: f"Proposal {_unit(text, self.seed):.6f}")
         self.model_id = f"synthetic-oracle-{seed}"
+        self._index: dict[str, list[tuple[Example, str]]] = {}
+        for ex in self.examples:
+            for value in ex.fields.values():
+                if len(value) < _KEY:
+                    raise ValueError(f"oracle: example texts need at least {_KEY} characters")
+                self._index.setdefault(value[:_KEY], []).append((ex, value))
 
     def to_text(self, prompt: Prompt) -> str:
         if prompt.messages is None:
@@ -37,15 +46,15 @@ class SyntheticOracleBackend(Backend):
         return "\n".join(f"<{role}>{content}" for role, content in prompt.messages) + prompt.assistant_prefix
 
     def _query(self, text: str) -> Example:
-        """The example whose text occurs last in the prompt is the one being asked about."""
-        best, best_pos = None, -1
-        for ex in self.examples:
-            pos = max(text.rfind(v) for v in ex.fields.values())
-            if pos > best_pos:
-                best, best_pos = ex, pos
-        if best is None:
-            raise ValueError("oracle: prompt contains no known example")
-        return best
+        """The example whose text occurs last in the prompt is the one being asked about.
+
+        Texts are indexed by their first characters so a lookup scans the prompt once.
+        """
+        for pos in range(len(text) - _KEY + 1, -1, -1):
+            for ex, value in self._index.get(text[pos:pos + _KEY], ()):
+                if text.startswith(value, pos):
+                    return ex
+        raise ValueError("oracle: prompt contains no known example")
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = []

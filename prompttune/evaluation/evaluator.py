@@ -1,41 +1,48 @@
-"""The one place where candidates meet the model: render → cache → ledger → backend → records."""
+"""The one place where prompts meet the model: render → cache → ledger → backend → outputs.
+
+`outputs` returns what the model said; `evaluate` turns that into per-example records through
+the evaluator's prediction method (`prediction.py`), so every method shares cache and ledger.
+"""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
 from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache, cache_key
-from prompttune.evaluation.extraction import extract_label
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.prediction import Scoring, make_predictor
+from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Record
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.tasks.base import Example
 
-Scoring = Literal["logit", "generate"]
+__all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring"]
+
+Mode = Literal["score", "generate"]
 
 
 @dataclass(frozen=True)
-class Record:
-    """Outcome of one prompt on one example; `pred` is None for an invalid response."""
+class Query:
+    """One prompt on some examples; `continuations[i]` replaces the label continuations of example i."""
 
-    example_id: str
-    gold: int
-    pred: int | None
-    label_logprobs: tuple[float, ...] | None
-    text: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached: bool
+    spec: PromptSpec
+    example_ids: Sequence[str]
+    continuations: Sequence[tuple[str, ...]] | None = None
 
-    @property
-    def correct(self) -> bool:
-        return self.pred == self.gold
 
-    @property
-    def valid(self) -> bool:
-        return self.pred is not None
+def _content_free_example(spec: PromptSpec, example_id: str) -> Example:
+    value = example_id[len(CONTENT_FREE_PREFIX):]
+    names = {name for name, _ in spec.input_templates + spec.passage_templates}
+    return Example(example_id, {name: value for name in names}, -1)
+
+
+def _output(example: Example, value: dict, cached: bool) -> Output:
+    logprobs = value.get("logprobs")
+    return Output(example, None if logprobs is None else tuple(logprobs), value.get("text"),
+                  value["prompt_tokens"], value["completion_tokens"], cached)
 
 
 class Evaluator:
@@ -43,10 +50,11 @@ class Evaluator:
 
     The search evaluator is built over train+dev only; confirmation builds a separate one
     (with its own ledger) over the test split, so no optimizer can reach test examples.
+    Content-free ids (`content-free:N/A`) carry no data, so every evaluator may score them.
     """
 
     def __init__(self, backend: Backend, examples: Mapping[str, Example], demo_pool: Mapping[str, Example],
-                 cache: ResultCache, ledger: BudgetLedger, scoring: Scoring = "logit",
+                 cache: ResultCache, ledger: BudgetLedger, scoring: Scoring | str = "logit",
                  max_new_tokens: int = 16, cot_max_new_tokens: int = 128) -> None:
         self.backend = backend
         self.examples = examples
@@ -54,10 +62,13 @@ class Evaluator:
         self.cache = cache
         self.ledger = ledger
         self.scoring = scoring
+        self.predictor = make_predictor(scoring, self)
         self.max_new_tokens = max_new_tokens
         self.cot_max_new_tokens = cot_max_new_tokens
 
-    def _example(self, example_id: str) -> Example:
+    def _example(self, spec: PromptSpec, example_id: str) -> Example:
+        if example_id.startswith(CONTENT_FREE_PREFIX):
+            return _content_free_example(spec, example_id)
         try:
             return self.examples[example_id]
         except KeyError:
@@ -65,53 +76,72 @@ class Evaluator:
                                   f"(held-out or unknown)") from None
 
     def evaluate(self, spec: PromptSpec, example_ids: Sequence[str]) -> list[Record]:
-        examples = [self._example(i) for i in example_ids]
-        demos = select_demos(spec, self.demo_pool)
-        demo_ids = {d.id for d in demos}
-        if demo_ids & set(example_ids):
-            raise UserError("a demo example is also being scored; demos must come from the train split")
-        prompts = [render(spec, ex, demos) for ex in examples]
-        texts = [self.backend.to_text(p) for p in prompts]
-        use_generation = self.scoring == "generate" or spec.cot
-        max_new = self.cot_max_new_tokens if spec.cot else self.max_new_tokens
-        if use_generation:
-            keys = [cache_key(self.backend.model_id, "generate", max_new, t, ex.id)
-                    for t, ex in zip(texts, examples)]
-        else:
-            keys = [cache_key(self.backend.model_id, "logit", t, p.label_continuations, ex.id)
-                    for t, p, ex in zip(texts, prompts, examples)]
+        """Per-example records under this evaluator's prediction method (`scoring`)."""
+        return self.predictor.predict(spec, example_ids)
+
+    def outputs(self, spec: PromptSpec, example_ids: Sequence[str], mode: Mode,
+                continuations: Sequence[tuple[str, ...]] | None = None,
+                kind: str | None = None) -> list[Output]:
+        """Model outputs, one per example: cached ones are free, the rest are charged first.
+
+        `score` teacher-forces the label continuations, or `continuations[i]` for example i
+        when given; `generate` decodes greedily. `kind` names the calls in the ledger.
+        """
+        return self.outputs_many([Query(spec, example_ids, continuations)], mode, kind)[0]
+
+    def outputs_many(self, queries: Sequence[Query], mode: Mode, kind: str | None = None) -> list[list[Output]]:
+        """`outputs` for several prompts in one backend call, so batches stay full when every
+        prompt has only a few examples (each call and each decoding step has a fixed cost)."""
+        examples: list[Example] = []
+        keys: list[str] = []
+        requests: list = []
+        for query in queries:
+            query_examples, query_keys, query_requests = self._prepare(query, mode)
+            examples += query_examples
+            keys += query_keys
+            requests += query_requests
         found = self.cache.get_many(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]
         if missing:
-            self.ledger.reserve(len(missing), "generate" if use_generation else "score")
-            if use_generation:
-                outs = self.backend.generate([GenerateRequest(texts[i], max_new) for i in missing])
+            self.ledger.reserve(len(missing), kind or mode)
+            if mode == "generate":
+                outs = self.backend.generate([requests[i] for i in missing])
                 values = [{"text": o.text, "prompt_tokens": o.prompt_tokens,
                            "completion_tokens": o.completion_tokens} for o in outs]
             else:
-                outs = self.backend.score([ScoreRequest(texts[i], prompts[i].label_continuations)
-                                           for i in missing])
+                scores = self.backend.score([requests[i] for i in missing])
                 values = [{"logprobs": list(o.logprobs), "prompt_tokens": o.prompt_tokens,
-                           "completion_tokens": o.completion_tokens} for o in outs]
+                           "completion_tokens": o.completion_tokens} for o in scores]
             self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values),
                                    sum(v["completion_tokens"] for v in values))
             new = {keys[i]: v for i, v in zip(missing, values)}
             self.cache.put_many(new.items())
             found.update(new)
         fresh = set(missing)
-        return [self._record(ex, found[k], spec, use_generation, i not in fresh)
-                for i, (ex, k) in enumerate(zip(examples, keys))]
+        flat = [_output(ex, found[k], cached=i not in fresh) for i, (ex, k) in enumerate(zip(examples, keys))]
+        bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
+        return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
 
-    @staticmethod
-    def _record(ex: Example, value: dict, spec: PromptSpec, generated: bool, cached: bool) -> Record:
-        if generated:
-            pred = extract_label(value["text"], spec.label_words, cot=spec.cot)
-            logprobs, text = None, value["text"]
-        else:
-            logprobs, text = tuple(value["logprobs"]), None
-            pred = max(range(len(logprobs)), key=logprobs.__getitem__)
-        return Record(ex.id, ex.label, pred, logprobs, text, value["prompt_tokens"],
-                      value["completion_tokens"], cached)
+    def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
+        """Render one query: its examples, cache keys and backend requests."""
+        spec, ids = query.spec, query.example_ids
+        examples = [self._example(spec, i) for i in ids]
+        demos = select_demos(spec, self.demo_pool)
+        if {d.id for d in demos} & set(ids):
+            raise UserError("a demo example is also being scored; demos must come from the train split")
+        prompts = [render(spec, ex, demos) for ex in examples]
+        texts = [self.backend.to_text(p) for p in prompts]
+        if mode == "generate":
+            max_new = self.cot_max_new_tokens if spec.cot else self.max_new_tokens
+            keys = [cache_key(self.backend.model_id, "generate", max_new, t, ex.id)
+                    for t, ex in zip(texts, examples)]
+            return examples, keys, [GenerateRequest(t, max_new) for t in texts]
+        conts = (list(query.continuations) if query.continuations is not None
+                 else [p.label_continuations for p in prompts])
+        if len(conts) != len(examples):
+            raise ValueError(f"{len(conts)} continuation sets for {len(examples)} examples")
+        keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
+        return examples, keys, [ScoreRequest(t, tuple(c)) for t, c in zip(texts, conts)]
 
     def propose(self, text: str, max_new_tokens: int = 128) -> str:
         """A proposer/critic call (instruction writing): charged like any other model call."""

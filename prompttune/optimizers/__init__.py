@@ -2,9 +2,17 @@
 
 from prompttune.errors import UserError
 from prompttune.optimizers.base import Optimizer, SearchContext, TrialRequest, run_search
+from prompttune.optimizers.bfrs import BootstrapFewShotRandomSearch
+from prompttune.optimizers.cople import CoordinateWordSearch
+from prompttune.optimizers.mipro import Mipro
+from prompttune.optimizers.p2g import SplitErrorCritique
 from prompttune.optimizers.random_search import RandomSearch
+from prompttune.optimizers.spread import FormatSpread
+from prompttune.optimizers.successive_halving import SuccessiveHalving
 
-OPTIMIZERS: dict[str, type[Optimizer]] = {cls.name: cls for cls in (RandomSearch,)}
+OPTIMIZERS: dict[str, type[Optimizer]] = {
+    cls.name: cls for cls in (RandomSearch, SuccessiveHalving, CoordinateWordSearch, SplitErrorCritique, BootstrapFewShotRandomSearch, Mipro, FormatSpread)
+}
 
 
 def get_optimizer(name: str) -> type[Optimizer]:

@@ -18,6 +18,8 @@ class PromptSpec:
     """All choices that turn (example, demos) into prompt text.
 
     Templates use `{}` for the value; `instruction` may contain `{labels}` (the label words).
+    Passages (retrieval-context fields) come first, joined by `passage_separator`; `options` is a
+    pre-rendered option list shown with every example, so demos and query share it.
     """
 
     instruction: str = ""
@@ -33,6 +35,9 @@ class PromptSpec:
     chat: bool = False
     system: str | None = None
     cot: bool = False
+    passage_templates: tuple[tuple[str, str], ...] = ()
+    passage_separator: str = "\n"
+    options: str = ""
 
     @property
     def output_prefix(self) -> str:
@@ -55,9 +60,18 @@ class Prompt:
 COT_TRIGGER = "Let's think step by step, then give the final answer after 'Final answer:'."
 
 
+def _fill(templates: tuple[tuple[str, str], ...], example: Example) -> list[str]:
+    return [template.replace("{}", example.fields[name]) for name, template in templates]
+
+
 def _render_input(spec: PromptSpec, example: Example) -> str:
-    return spec.field_joiner.join(template.replace("{}", example.fields[name])
-                                  for name, template in spec.input_templates)
+    """Passages block, then the input fields and the option list, in the live format."""
+    fields = _fill(spec.input_templates, example) + ([spec.options] if spec.options else [])
+    body = spec.field_joiner.join(fields)
+    if not spec.passage_templates:
+        return body
+    passages = spec.passage_separator.join(_fill(spec.passage_templates, example))
+    return passages + spec.passage_separator + body if body else passages
 
 
 def _labels_text(spec: PromptSpec) -> str:

@@ -1,7 +1,8 @@
 """Search spaces: named dimensions whose assignment builds a PromptSpec.
 
-A candidate is an assignment {dimension name: value index}; its id hashes the canonical
-(name-sorted) assignment, so it is unchanged by the order dimensions are declared in.
+A candidate is an assignment {dimension name: value index}. Its id hashes the dimension names
+with their values (not indices), so neither the order of dimensions nor the order of values in
+a file changes it.
 """
 
 from __future__ import annotations
@@ -10,40 +11,66 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from prompttune.errors import UserError
+from prompttune.search_spaces.constraints import Constraint, as_constraint, show_value
+from prompttune.search_spaces.groups import ENUMERATE_LIMIT, Group, SpaceSize, count_valid, split_groups
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.tasks.base import Example
 
 Assignment = dict[str, int]
+Composer = Callable[[PromptSpec, Mapping[str, Any], Sequence[Example]], PromptSpec]
+"""Turns grammar parts (and, for demos, the train pool) into PromptSpec fields."""
+
+SPEC_FIELDS = frozenset(f.name for f in fields(PromptSpec))
+TARGET_PREFIXES = ("slot", "label", "input", "part")
+_SHOWN_CHARS = 40
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
 class Dimension:
     """One searchable choice.
 
-    `target` names what the value sets: a PromptSpec field (e.g. "output_template"), or
-    "slot:NAME" to fill `{NAME}` inside the instruction text (a word slot).
+    `target` says what the value sets: a PromptSpec field (e.g. "output_template");
+    "slot:NAME" fills `{NAME}` in the instruction; "label:I" sets the word of class I;
+    "input:FIELD" sets that input field's template; "part:KEY" hands the value to a composer.
+    `title` is how diffs name it (default: the name).
     """
 
     name: str
     values: tuple[Any, ...]
     target: str
     kind: str = "choice"
+    title: str = ""
 
     def __post_init__(self) -> None:
         if not self.values:
             raise UserError(f"dimension {self.name!r} has no values")
+        if len({canonical(v) for v in self.values}) != len(self.values):
+            raise UserError(f"dimension {self.name!r} lists a value twice")
+        prefix, _, key = self.target.partition(":")
+        if not (prefix in TARGET_PREFIXES if key else self.target in SPEC_FIELDS):
+            raise UserError(f"dimension {self.name!r}: unknown target {self.target!r}")
 
     def label(self, index: int) -> str:
-        value = self.values[index]
-        return repr(value) if isinstance(value, str) else json.dumps(value)
+        text = show_value(self.values[index])
+        return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 1] + "…"
 
-
-Constraint = Callable[[dict[str, Any]], bool]
+    def index(self, value: Any) -> int:
+        key = canonical(value)
+        for i, v in enumerate(self.values):
+            if canonical(v) == key:
+                return i
+        raise KeyError(value)
 
 
 @dataclass(frozen=True)
@@ -58,50 +85,92 @@ class Candidate:
         return {name: space.dimension(name).values[i] for name, i in self.assignment}
 
 
-def candidate_id(assignment: Assignment, space_name: str = "") -> str:
-    canonical = json.dumps(sorted(assignment.items()), separators=(",", ":"))
-    return hashlib.sha1(f"{space_name}|{canonical}".encode()).hexdigest()[:12]
+def candidate_id(values: Mapping[str, Any], space_name: str = "") -> str:
+    """Hash of the name-sorted (name, value) pairs."""
+    canonical_pairs = canonical(sorted(values.items()))
+    return hashlib.sha1(f"{space_name}|{canonical_pairs}".encode()).hexdigest()[:12]
+
+
+def fill_slots(text: str, slots: Mapping[str, str]) -> str:
+    """Replace `{slot}` markers only (not `{labels}` or other placeholders)."""
+    for name, word in slots.items():
+        text = text.replace("{" + name + "}", word)
+    return text
 
 
 @dataclass
 class SearchSpace:
-    """Dimensions over a base PromptSpec, with validity constraints over dimension values."""
+    """Dimensions over a base PromptSpec, with validity constraints over dimension values.
+
+    Plain callables in `constraints` become rules over all dimensions. `composers` run in order
+    after the dimension values are applied; `demo_pool` is the train split the few-shot composer
+    draws from (see `bind`).
+    """
 
     name: str
     base: PromptSpec
     dimensions: list[Dimension]
-    constraints: list[Constraint] = field(default_factory=list)
+    constraints: list[Constraint | Callable[[Mapping[str, Any]], bool]] = field(default_factory=list)
     default: Assignment = field(default_factory=dict)
+    composers: list[Composer] = field(default_factory=list)
+    demo_pool: tuple[Example, ...] = ()
+    enumerate_limit: int = ENUMERATE_LIMIT
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.dimensions]
         if len(set(names)) != len(names):
             raise UserError(f"space {self.name!r}: duplicate dimension names")
         self._by_name = {d.name: d for d in self.dimensions}
+        self.constraints = [as_constraint(rule) for rule in self.constraints]
+        for rule in self.constraints:
+            unknown = [n for n in rule.dims or () if n not in self._by_name]
+            if unknown or rule.dims == ():
+                raise UserError(f"space {self.name!r}: rule {rule.describe()!r} reads unknown "
+                                f"dimensions {unknown or '(none)'}")
         self.default = {d.name: self.default.get(d.name, 0) for d in self.dimensions}
+
+    def bind(self, pool: Sequence[Example]) -> "SearchSpace":
+        """The same space drawing few-shot demos from `pool` (the task's train split)."""
+        return replace(self, demo_pool=tuple(pool))
 
     def dimension(self, name: str) -> Dimension:
         return self._by_name[name]
 
+    def values_of(self, assignment: Mapping[str, int]) -> dict[str, Any]:
+        return {n: self._by_name[n].values[i] for n, i in assignment.items()}
+
+    def assignment_of(self, values: Mapping[str, Any]) -> Assignment:
+        """The baseline with some dimensions set by value (e.g. {"format.separator": " : "})."""
+        return {**self.default, **{n: self._by_name[n].index(v) for n, v in values.items()}}
+
     def is_valid(self, assignment: Assignment) -> bool:
-        values = {n: self._by_name[n].values[i] for n, i in assignment.items()}
+        values = self.values_of(assignment)
         return all(rule(values) for rule in self.constraints)
 
     def build(self, assignment: Assignment) -> Candidate:
-        """Apply each dimension's value to the base spec; slots fill the instruction text."""
+        """Apply each dimension's value to the base spec, then run the composers."""
         updates: dict[str, Any] = {}
-        slots: dict[str, str] = {}
+        targeted: dict[str, dict[str, Any]] = {p: {} for p in TARGET_PREFIXES}
         for dim in self.dimensions:
             value = dim.values[assignment[dim.name]]
-            if dim.target.startswith("slot:"):
-                slots[dim.target[5:]] = value
+            prefix, _, key = dim.target.partition(":")
+            if key:
+                targeted[prefix][key] = value
             else:
                 updates[dim.target] = tuple(value) if isinstance(value, list) else value
         spec = self.base.with_updates(**updates)
-        if slots:
-            spec = spec.with_updates(instruction=fill_slots(spec.instruction, slots))
-        canonical = tuple(sorted(assignment.items()))
-        return Candidate(candidate_id(assignment, self.name), canonical, spec)
+        if targeted["label"]:
+            words = [targeted["label"].get(str(i), w) for i, w in enumerate(spec.label_words)]
+            spec = spec.with_updates(label_words=tuple(words))
+        if targeted["input"]:
+            spec = spec.with_updates(input_templates=tuple(
+                (f, targeted["input"].get(f, t)) for f, t in spec.input_templates))
+        if targeted["slot"]:
+            spec = spec.with_updates(instruction=fill_slots(spec.instruction, targeted["slot"]))
+        for composer in self.composers:
+            spec = composer(spec, targeted["part"], self.demo_pool)
+        values = self.values_of(assignment)
+        return Candidate(candidate_id(values, self.name), tuple(sorted(assignment.items())), spec)
 
     def default_candidate(self) -> Candidate:
         return self.build(self.default)
@@ -109,21 +178,29 @@ class SearchSpace:
     def nominal_size(self) -> int:
         return math.prod(len(d.values) for d in self.dimensions)
 
+    @cached_property
+    def groups(self) -> list[Group]:
+        return split_groups(self.dimensions, self.constraints, self.enumerate_limit)
+
+    def size(self) -> SpaceSize:
+        """Valid candidates: exact where groups can be enumerated, else an estimate with CI."""
+        return count_valid(self.groups)
+
     def enumerate(self) -> Iterator[Assignment]:
         """All valid assignments in a fixed order (only sensible for small spaces)."""
-        names = [d.name for d in self.dimensions]
-        for combo in itertools.product(*(range(len(d.values)) for d in self.dimensions)):
-            assignment = dict(zip(names, combo))
-            if self.is_valid(assignment):
-                yield assignment
+        for parts in itertools.product(*(list(g.combos()) for g in self.groups)):
+            yield {d.name: i for g, combo in zip(self.groups, parts) for d, i in zip(g.dims, combo)}
 
     def sample(self, rng: np.random.Generator, max_tries: int = 10_000) -> Assignment:
-        """Uniform over valid assignments: rejection sampling from the uniform product."""
-        for _ in range(max_tries):
-            assignment = {d.name: int(rng.integers(len(d.values))) for d in self.dimensions}
-            if self.is_valid(assignment):
-                return assignment
-        raise UserError(f"space {self.name!r}: no valid candidate found in {max_tries} samples")
+        """Uniform over valid assignments: each independent group uniformly over its valid part."""
+        assignment: Assignment = {}
+        for group in self.groups:
+            combo = group.sample(rng, max_tries)
+            if combo is None:
+                raise UserError(f"space {self.name!r}: no valid value found for "
+                                f"{', '.join(d.name for d in group.dims)}")
+            assignment.update({d.name: i for d, i in zip(group.dims, combo)})
+        return {d.name: assignment[d.name] for d in self.dimensions}
 
     def neighbours(self, assignment: Assignment) -> list[Assignment]:
         """Valid assignments differing in exactly one dimension (coordinate search)."""
@@ -137,16 +214,11 @@ class SearchSpace:
         return result
 
     def diff(self, a: Candidate, b: Candidate) -> str:
-        """Human-readable change list, e.g. "field_separator ': ' → ' :: '"."""
+        """Human-readable change list, e.g. "separator ': ' → ' :: ', word 'only' → 'solely'"."""
         before, after = dict(a.assignment), dict(b.assignment)
-        changes = [f"{name} {self._by_name[name].label(before[name])} → "
-                   f"{self._by_name[name].label(after[name])}"
-                   for name in sorted(before) if before[name] != after.get(name)]
+        changes = []
+        for dim in self.dimensions:
+            if dim.name in before and before[dim.name] != after.get(dim.name):
+                changes.append(f"{dim.title or dim.name} {dim.label(before[dim.name])} → "
+                               f"{dim.label(after[dim.name])}")
         return ", ".join(changes) or "no change"
-
-
-def fill_slots(text: str, slots: dict[str, str]) -> str:
-    """Replace `{slot}` markers only (not `{labels}` or other placeholders)."""
-    for name, word in slots.items():
-        text = text.replace("{" + name + "}", word)
-    return text

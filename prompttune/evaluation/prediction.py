@@ -1,0 +1,186 @@
+"""Prediction methods: how model outputs become one label per example, selectable by name.
+
+- `logit`: the label whose continuation is most likely (direct scoring; CoT prompts generate).
+- `generate`: greedy decoding, then the extraction rule of `extraction.py`.
+- `calibrated`: contextual calibration (Zhao et al. 2021). The label distribution a prompt gives
+  for content-free inputs ("N/A", "", "[MASK]") estimates its bias; dividing by it and
+  renormalising removes a preference for one label that no input justifies.
+- `ensemble`: mean label probability over several templates (template ensembles, Voronov et
+  al. 2024), so one template's quirks weigh less.
+
+Every call goes through the evaluator, hence through its cache and its ledger.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
+
+import numpy as np
+from scipy.special import logsumexp
+
+from prompttune.errors import UserError
+from prompttune.evaluation.extraction import extract_label
+from prompttune.evaluation.records import Output, Record, content_free_id
+from prompttune.search_spaces.prompt import PromptSpec
+
+if TYPE_CHECKING:
+    from prompttune.evaluation.evaluator import Evaluator
+
+Scoring = Literal["logit", "generate", "calibrated", "ensemble"]
+Prompts = PromptSpec | Sequence[PromptSpec]
+CONTENT_FREE = ("N/A", "", "[MASK]")
+
+
+def normalized_logprobs(logprobs: Sequence[float]) -> np.ndarray:
+    """Log-probabilities renormalised over the label set (they sum to 1 in probability)."""
+    values = np.asarray(logprobs, dtype=float)
+    return values - logsumexp(values)
+
+
+def calibrate(logprobs: Sequence[float], bias: np.ndarray) -> tuple[float, ...]:
+    """log of p / bias, renormalised: the calibrated label distribution of one example."""
+    return tuple(float(x) for x in normalized_logprobs(normalized_logprobs(logprobs) - np.log(bias)))
+
+
+def average_probabilities(members: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """log of the mean normalised label probability over ensemble members."""
+    probs = np.exp([normalized_logprobs(m) for m in members]).mean(axis=0)
+    return tuple(float(x) for x in np.log(probs))
+
+
+def _argmax(values: Sequence[float]) -> int:
+    """First maximum, so ties resolve to the lower label index as in direct scoring."""
+    return int(np.argmax(values))
+
+
+def _specs(prompts: Prompts) -> tuple[PromptSpec, ...]:
+    return (prompts,) if isinstance(prompts, PromptSpec) else tuple(prompts)
+
+
+def _scored(output: Output) -> Record:
+    logprobs = output.logprobs or ()
+    return Record(output.example.id, output.example.label, _argmax(logprobs), logprobs, None,
+                  output.prompt_tokens, output.completion_tokens, output.cached)
+
+
+def _generated(output: Output, spec: PromptSpec) -> Record:
+    text = output.text or ""
+    return Record(output.example.id, output.example.label,
+                  extract_label(text, spec.label_words, cot=spec.cot), None, text,
+                  output.prompt_tokens, output.completion_tokens, output.cached)
+
+
+class Predictor(ABC):
+    """A prediction method bound to an evaluator; `predict` gives one record per example id.
+
+    Single-prompt methods take one PromptSpec; `ensemble` takes several.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, evaluator: "Evaluator") -> None:
+        self.evaluator = evaluator
+
+    @abstractmethod
+    def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
+        """Per-example records, in the order of `example_ids`."""
+
+    def _single(self, prompts: Prompts) -> PromptSpec:
+        specs = _specs(prompts)
+        if len(specs) != 1:
+            raise UserError(f"scoring {self.name!r} takes one prompt, got {len(specs)}; "
+                            f"use 'ensemble' to combine several")
+        return specs[0]
+
+
+class LogitPredictor(Predictor):
+    name = "logit"
+
+    def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
+        spec = self._single(prompts)
+        if spec.cot:
+            return GeneratePredictor(self.evaluator).predict(spec, example_ids)
+        return [_scored(o) for o in self.evaluator.outputs(spec, example_ids, "score")]
+
+
+class GeneratePredictor(Predictor):
+    name = "generate"
+
+    def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
+        spec = self._single(prompts)
+        return [_generated(o, spec) for o in self.evaluator.outputs(spec, example_ids, "generate")]
+
+
+class CalibratedPredictor(Predictor):
+    """Direct scoring divided by the prompt's content-free label distribution.
+
+    Content-free inputs are the same spec (same demos) with every input field replaced by the
+    content-free string; they are scored once per prompt, cached and charged as `content-free`.
+    CoT prompts have no label scores to calibrate and keep their generated answers.
+    """
+
+    name = "calibrated"
+
+    def __init__(self, evaluator: "Evaluator", content_free: Sequence[str] = CONTENT_FREE) -> None:
+        super().__init__(evaluator)
+        self.content_free = tuple(content_free)
+
+    def bias(self, spec: PromptSpec) -> np.ndarray:
+        """Mean normalised label probabilities over the content-free inputs."""
+        ids = [content_free_id(value) for value in self.content_free]
+        outputs = self.evaluator.outputs(spec, ids, "score", kind="content-free")
+        return np.exp([normalized_logprobs(o.logprobs or ()) for o in outputs]).mean(axis=0)
+
+    def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
+        spec = self._single(prompts)
+        records = LogitPredictor(self.evaluator).predict(spec, example_ids)
+        if spec.cot:
+            return records
+        bias = self.bias(spec)
+        calibrated = [calibrate(r.label_logprobs or (), bias) for r in records]
+        return [replace(r, pred=_argmax(c), label_logprobs=c) for r, c in zip(records, calibrated)]
+
+
+class EnsemblePredictor(Predictor):
+    """Mean label probability over the given templates, each scored by `base` (logit or calibrated).
+
+    An ensemble of one template predicts like `base`. Token counts add up over members.
+    """
+
+    name = "ensemble"
+
+    def __init__(self, evaluator: "Evaluator", base: Literal["logit", "calibrated"] = "logit") -> None:
+        super().__init__(evaluator)
+        if base not in ("logit", "calibrated"):
+            raise UserError(f"an ensemble averages label probabilities; base {base!r} has none "
+                            f"(use logit or calibrated)")
+        self.base = make_predictor(base, evaluator)
+
+    def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
+        members = [self.base.predict(spec, example_ids) for spec in _specs(prompts)]
+        if not members:
+            raise UserError("an ensemble needs at least one prompt")
+        if any(r.label_logprobs is None for m in members for r in m):
+            raise UserError("ensemble members need label scores; CoT prompts are answered by generation")
+        records = []
+        for per_member in zip(*members):
+            first = per_member[0]
+            combined = average_probabilities([r.label_logprobs or () for r in per_member])
+            records.append(Record(first.example_id, first.gold, _argmax(combined), combined, None,
+                                  sum(r.prompt_tokens for r in per_member),
+                                  sum(r.completion_tokens for r in per_member),
+                                  all(r.cached for r in per_member)))
+        return records
+
+
+PREDICTORS: dict[str, type[Predictor]] = {
+    cls.name: cls for cls in (LogitPredictor, GeneratePredictor, CalibratedPredictor, EnsemblePredictor)}
+
+
+def make_predictor(name: str, evaluator: "Evaluator") -> Predictor:
+    """The prediction method called `name`, bound to `evaluator`."""
+    if name not in PREDICTORS:
+        raise UserError(f"unknown scoring {name!r}; choose from {', '.join(PREDICTORS)}")
+    return PREDICTORS[name](evaluator)

@@ -1,0 +1,52 @@
+"""What the evaluator hands out: raw model outputs, and per-example records built from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prompttune.tasks.base import Example
+
+CONTENT_FREE_PREFIX = "content-free:"
+
+
+def content_free_id(value: str) -> str:
+    """Stable id of the synthetic example whose every input field is `value` (e.g. "N/A")."""
+    return CONTENT_FREE_PREFIX + value
+
+
+@dataclass(frozen=True)
+class Output:
+    """The model's answer to one rendered prompt: continuation log-probs, or generated text."""
+
+    example: Example
+    logprobs: tuple[float, ...] | None
+    text: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+
+
+@dataclass(frozen=True)
+class Record:
+    """Outcome of one prompt on one example; `pred` is None for an invalid response.
+
+    `label_logprobs` are the scores the prediction was taken from: raw label log-probs for
+    direct scoring, the adjusted (normalised) ones for calibrated and ensemble prediction.
+    """
+
+    example_id: str
+    gold: int
+    pred: int | None
+    label_logprobs: tuple[float, ...] | None
+    text: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+
+    @property
+    def correct(self) -> bool:
+        return self.pred == self.gold
+
+    @property
+    def valid(self) -> bool:
+        return self.pred is not None

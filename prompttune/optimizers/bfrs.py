@@ -1,0 +1,77 @@
+"""BFRS — bootstrapped few-shot with random search (after DSPy's BootstrapFewShotWithRandomSearch).
+
+Candidate programs: zero-shot, labeled-only demos, an unshuffled bootstrap, and shuffled
+bootstraps with k in 1..max_demos. A bootstrap keeps train examples the current prompt answers
+correctly as demos. Every program is scored on the full dev split; the best one must still beat
+the baseline in a Bonferroni-corrected paired test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prompttune.evaluation.evaluator import Record
+from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept, spec_candidate
+from prompttune.search_spaces.space import Candidate
+
+
+class BootstrapFewShotRandomSearch(Optimizer):
+    name = "bfrs"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_demos = self.option("max_demos", 4)
+        self.n_programs = self.option("programs", 8)
+        self.pool_ids = self.context.train_ids[: self.option("bootstrap_pool", 64)]
+        self.programs: list[Candidate] | None = None
+        self.scored: list[tuple[Candidate, float]] = []
+
+    def _build_programs(self) -> list[Candidate]:
+        """Zero-shot, labeled-only, unshuffled bootstrap, then shuffled bootstraps."""
+        base = self.baseline.spec
+        solved = [i for i in self.pool_ids if self.memo[self.baseline.id][i].correct]
+        labeled = [str(i) for i in self.rng.choice(self.pool_ids, size=min(self.max_demos, len(self.pool_ids)),
+                                                   replace=False)]
+        demo_sets = [tuple(labeled), tuple(solved[: self.max_demos])]
+        while len(demo_sets) < self.n_programs - 1 and solved:
+            k = int(self.rng.integers(1, self.max_demos + 1))
+            demo_sets.append(tuple(str(i) for i in self.rng.permutation(solved)[:k]))
+        programs = [self.baseline]
+        for origin, demos in zip(["labeled", "bootstrap"] + ["shuffled"] * len(demo_sets), demo_sets):
+            candidate = spec_candidate(base.with_updates(demo_ids=demos), f"bfrs-{origin}")
+            if demos and candidate.id not in {p.id for p in programs}:
+                programs.append(candidate)
+        return programs
+
+    def ask(self) -> TrialRequest | None:
+        todo = self.missing(self.baseline, self.pool_ids)
+        if todo:
+            return TrialRequest(self.baseline, todo, "bootstrap")
+        if self.programs is None:
+            self.programs = self._build_programs()
+        dev = self.context.dev_ids
+        for program in self.programs:
+            if self.missing(program, dev):
+                return TrialRequest(program, tuple(dev), "baseline" if program is self.baseline else "program")
+        return None
+
+    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
+        if request.purpose in ("program", "baseline"):
+            self.scored.append((request.candidate, self.context.score(records)))
+            return {"demos": len(request.candidate.spec.demo_ids)}
+        return {}
+
+    def best(self) -> tuple[Candidate, float]:
+        if not any(c.id == self.baseline.id for c, _ in self.scored):
+            raise RuntimeError("the baseline was not scored on dev yet")
+        leader, score = max(self.scored, key=lambda t: t[1])
+        dev = self.context.dev_ids
+        if leader.id != self.baseline.id and final_accept(self, leader, dev, len(self.scored)).verdict == "accept":
+            return leader, score
+        return self.baseline, self.score_on(self.baseline, dev)
+
+    def report_lines(self) -> list[str]:
+        solved = sum(self.memo.get(self.baseline.id, {}).get(i) is not None
+                     and self.memo[self.baseline.id][i].correct for i in self.pool_ids)
+        return [f"BFRS: {len(self.scored)} programs scored on dev; bootstrap pool {len(self.pool_ids)} "
+                f"train examples, {solved} answered correctly by the zero-shot prompt (demo sources)."]

@@ -1,0 +1,166 @@
+"""MIPRO-style search (after DSPy's MIPROv2): proposed instructions × demo sets × format, by TPE.
+
+Instruction candidates come from the proposer, grounded in a dataset summary, sample demos and
+a random style tip; demo sets come from bootstrapping; any other dimensions of the space join
+the search. Optuna's multivariate TPE picks combinations scored on minibatches; every
+`full_eval_every` trials the best-by-minibatch candidate gets a full dev evaluation, and the best
+full evaluation wins (after a paired test against the baseline). Unlike DSPy, all trials in one
+period share one minibatch, so their comparisons are paired.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optuna
+
+from prompttune.evaluation.evaluator import Record
+from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept, spec_candidate
+from prompttune.optimizers.proposer import clean_instruction, valid_instruction
+from prompttune.search_spaces.space import Candidate
+
+STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
+              "Phrase it as a question.", "Ask for a one-word answer.", "Be creative.")
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class Mipro(Optimizer):
+    name = "mipro"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.n_instructions = self.option("instructions", 5)
+        self.n_demo_sets = self.option("demo_sets", 4)
+        self.minibatch_size = self.option("minibatch", 25)
+        self.full_eval_every = self.option("full_eval_every", 6)
+        self.max_trials = self.option("trials", 200)
+        self.pool_ids = self.context.train_ids[: self.option("bootstrap_pool", 48)]
+        space = self.context.space
+        # Dimensions that write the instruction are replaced by the proposed instruction pool.
+        self.format_dims = [d for d in space.dimensions
+                            if d.target != "instruction" and not d.target.startswith("slot:")]
+        self.instructions: list[str] | None = None
+        self.demo_sets: list[tuple[str, ...]] = []
+        self.study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(
+            multivariate=True, seed=self.context.seed))
+        self.trials_done = 0
+        self.period = 0
+        self.minibatch_scores: dict[str, list[float]] = {}
+        self.candidates: dict[str, Candidate] = {}
+        self.full_scores: dict[str, float] = {}
+        self.pending: tuple[Candidate, optuna.trial.Trial] | None = None
+
+    # -- set-up: bootstrap demos, then propose instructions ----------------------------------
+    def _bootstrap_demo_sets(self) -> None:
+        solved = [i for i in self.pool_ids if self.memo[self.baseline.id][i].correct]
+        self.demo_sets = [()]
+        for _ in range(50):
+            if len(self.demo_sets) >= self.n_demo_sets or not solved:
+                break
+            k = int(self.rng.integers(1, min(4, len(solved)) + 1))
+            demos = tuple(str(i) for i in self.rng.permutation(solved)[:k])
+            if demos not in self.demo_sets:
+                self.demo_sets.append(demos)
+
+    def _propose_instructions(self) -> list[str]:
+        """One summary call, then one call per instruction; invalid proposals are dropped."""
+        assert self.proposer is not None
+        base = self.baseline.spec
+        labels = ", ".join(base.label_words)
+        examples = [self.memo[self.baseline.id][i] for i in self.pool_ids[:4]]
+        shown = "\n".join(f"- {self._text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
+        summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
+                                "Describe in one sentence what task these examples come from.")
+        pool = [base.instruction] if base.instruction else []
+        for _ in range(2 * self.n_instructions):
+            if len(pool) >= self.n_instructions:
+                break
+            tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
+            text = clean_instruction(self.proposer(
+                f"Task: {summary.strip()}\nExamples:\n{shown}\nThe answer must be one of: {labels}.\n"
+                f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:"))
+            if valid_instruction(text, base.label_words, base.instruction) and text not in pool:
+                pool.append(text)
+        return pool or [base.instruction]
+
+    def _text(self, example_id: str) -> str:
+        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
+        return " ".join(example.fields.values())[:300]
+
+    # -- ask / tell ---------------------------------------------------------------------------
+    def _minibatch(self) -> tuple[str, ...]:
+        dev = self.context.dev_ids
+        start = (self.period * self.minibatch_size) % max(1, len(dev) - self.minibatch_size + 1)
+        return tuple(dev[start:start + self.minibatch_size])
+
+    def _trial_candidate(self, trial: optuna.trial.Trial) -> Candidate:
+        space = self.context.space
+        instruction = self.instructions[trial.suggest_categorical("instruction", list(range(len(self.instructions))))]
+        demos = self.demo_sets[trial.suggest_categorical("demos", list(range(len(self.demo_sets))))]
+        assignment = dict(space.default)
+        for dim in self.format_dims:
+            assignment[dim.name] = trial.suggest_categorical(dim.name, list(range(len(dim.values))))
+        grid = space.build(assignment) if space.is_valid(assignment) else self.baseline
+        spec = grid.spec.with_updates(instruction=instruction, demo_ids=demos)
+        return spec_candidate(spec, "mipro")
+
+    def ask(self) -> TrialRequest | None:
+        dev = tuple(self.context.dev_ids)
+        if todo := self.missing(self.baseline, dev):
+            return TrialRequest(self.baseline, todo, "baseline")
+        if todo := self.missing(self.baseline, self.pool_ids):
+            return TrialRequest(self.baseline, todo, "bootstrap")
+        if self.instructions is None:
+            self._bootstrap_demo_sets()
+            self.instructions = self._propose_instructions()
+        if self.trials_done and self.trials_done % self.full_eval_every == 0 and self._needs_full_eval():
+            return TrialRequest(self._minibatch_leader(), dev, "full eval")
+        remaining = self.remaining_budget()
+        last_chance = remaining is not None and remaining < self.minibatch_size + len(dev)
+        if self.trials_done >= self.max_trials or last_chance:
+            return TrialRequest(self._minibatch_leader(), dev, "full eval") if self._needs_full_eval() else None
+        trial = self.study.ask()
+        candidate = self._trial_candidate(trial)
+        self.pending = (candidate, trial)
+        return TrialRequest(candidate, self._minibatch(), "minibatch")
+
+    def _minibatch_leader(self) -> Candidate:
+        best_id = max(self.minibatch_scores, key=lambda i: sum(self.minibatch_scores[i]) / len(self.minibatch_scores[i]))
+        return self.candidates[best_id]
+
+    def _needs_full_eval(self) -> bool:
+        return bool(self.minibatch_scores) and self._minibatch_leader().id not in self.full_scores
+
+    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
+        score = self.context.score(records)
+        if request.purpose == "minibatch" and self.pending:
+            candidate, trial = self.pending
+            self.study.tell(trial, score)
+            self.candidates[candidate.id] = candidate
+            self.minibatch_scores.setdefault(candidate.id, []).append(score)
+            self.trials_done += 1
+            self.pending = None
+            return {"trial": trial.number, "period": self.period}
+        if request.purpose == "full eval":
+            self.full_scores[request.candidate.id] = score
+            self.period += 1
+            return {"full_eval": True}
+        return {}
+
+    def best(self) -> tuple[Candidate, float]:
+        dev = self.context.dev_ids
+        if self.missing(self.baseline, dev):
+            raise RuntimeError("the baseline was not scored on dev yet")
+        if self.full_scores:
+            best_id = max(self.full_scores, key=self.full_scores.__getitem__)
+            leader = self.candidates[best_id]
+            if final_accept(self, leader, dev, family=len(self.full_scores)).verdict == "accept":
+                return leader, self.full_scores[best_id]
+        return self.baseline, self.score_on(self.baseline, dev)
+
+    def report_lines(self) -> list[str]:
+        return [f"MIPRO: {len(self.instructions or [])} instructions × {len(self.demo_sets)} demo sets × "
+                f"{len(self.format_dims)} format dimensions; {self.trials_done} TPE minibatch trials of "
+                f"{self.minibatch_size} examples, {len(self.full_scores)} full dev evaluations.",
+                *(f"- instruction {i}: {text!r}" for i, text in enumerate(self.instructions or []))]

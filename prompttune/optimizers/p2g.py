@@ -1,0 +1,153 @@
+"""P2G — split-error critique (after PO2G, Lieander et al. 2025, and ProTeGi, Pryzant et al. 2023).
+
+Score a train minibatch with the incumbent, then critique false positives (predicted c, gold
+≠ c: "make it stricter about c") and false negatives (gold c, predicted ≠ c: "make it more
+inclusive for c") separately — never pooled, because the two need opposite edits. Each critique
+feeds edit calls that write candidate instructions; a candidate replaces the incumbent only
+through the staged paired accept rule on dev. Expansion is a tree: each accepted node is
+expanded again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from prompttune.evaluation.evaluator import Record
+from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.proposer import clean_instruction, valid_instruction
+from prompttune.search_spaces.space import Candidate
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One error direction: FP or FN of one class, with the class it is most confused with."""
+
+    kind: Literal["fp", "fn"]
+    label: int
+    other: int
+    errors: tuple[Record, ...]
+
+
+def error_directions(records: list[Record], n_classes: int, min_errors: int) -> list[Direction]:
+    """FP and FN sets per class, largest first; sets under `min_errors` are skipped."""
+    directions = []
+    for c in range(n_classes):
+        fp = [r for r in records if r.pred == c and r.gold != c]
+        fn = [r for r in records if r.gold == c and r.pred != c]
+        for kind, errors, other_of in (("fp", fp, lambda r: r.gold), ("fn", fn, lambda r: r.pred)):
+            if len(errors) >= min_errors:
+                # Multiclass: the largest off-diagonal cell names the confusion to fix.
+                other = Counter(other_of(r) for r in errors).most_common(1)[0][0]
+                directions.append(Direction(kind, c, -1 if other is None else other, tuple(errors)))
+    return sorted(directions, key=lambda d: -len(d.errors))
+
+
+class SplitErrorCritique(IncumbentSearch):
+    name = "p2g"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.minibatch_size = self.option("minibatch", 160)
+        self.min_errors = self.option("min_errors", 20)
+        self.max_directions = self.option("directions", 2)
+        self.edits = self.option("edits", 2)
+        self.shown = self.option("shown_errors", 3)
+        self.max_depth = self.option("max_depth", 3)
+        self.nodes_per_level = self.option("nodes_per_level", 4)
+        self.representatives = self.option("representatives", "random")
+        self.tried = {self.baseline.id}
+        self.depth = 0
+        self.queue: list[Candidate] = []
+        self.critiques: list[str] = []
+        self.done = False
+
+    def _minibatch(self) -> tuple[str, ...]:
+        demos = set(self.incumbent.spec.demo_ids)
+        pool = [i for i in self.context.train_ids if i not in demos]
+        start = (self.depth * self.minibatch_size) % max(1, len(pool) - self.minibatch_size + 1)
+        return tuple(pool[start:start + self.minibatch_size])
+
+    def _pick(self, errors: tuple[Record, ...]) -> list[Record]:
+        """Representative errors: k-means on sentence embeddings, or a random sample."""
+        if self.representatives == "kmeans" and len(errors) > self.shown:
+            from prompttune.optimizers.embeddings import kmeans_representatives
+
+            texts = [self._text(r.example_id) for r in errors]
+            return [errors[i] for i in kmeans_representatives(texts, self.shown, self.context.seed)]
+        picks = self.rng.choice(len(errors), size=min(self.shown, len(errors)), replace=False)
+        return [errors[int(i)] for i in np.sort(picks)]
+
+    def _text(self, example_id: str) -> str:
+        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
+        return " ".join(example.fields.values())[:300]
+
+    def _critique(self, direction: Direction) -> str:
+        words = self.incumbent.spec.label_words
+        c, other = words[direction.label], words[direction.other] if direction.other >= 0 else "no label"
+        shown = "\n".join(f"- {self._text(r.example_id)}" for r in self._pick(direction.errors))
+        if direction.kind == "fp":
+            ask = (f"The instruction labels these texts as '{c}', but they are really '{other}':\n{shown}\n"
+                   f"In one sentence, say how to make the instruction stricter about '{c}'.")
+        else:
+            ask = (f"The instruction fails to label these '{c}' texts as '{c}' (it says '{other}'):\n{shown}\n"
+                   f"In one sentence, say how to make the instruction more inclusive for '{c}'.")
+        return self.proposer(f"Instruction: {self._instruction()}\n{ask}")
+
+    def _instruction(self) -> str:
+        spec = self.incumbent.spec
+        return spec.instruction.replace("{labels}", ", ".join(spec.label_words)) or "(none)"
+
+    def _expand(self) -> list[Candidate]:
+        """Critique each error direction separately, then write edited instructions for it."""
+        records = self.records(self.incumbent, self._minibatch())
+        directions = error_directions(records, self.context.n_classes, self.min_errors)[: self.max_directions]
+        spec = self.incumbent.spec
+        children: dict[str, Candidate] = {}
+        for direction in directions:
+            feedback = self._critique(direction).strip()
+            self.critiques.append(f"{direction.kind.upper()} {spec.label_words[direction.label]}: {feedback}")
+            for _ in range(self.edits):
+                text = clean_instruction(self.proposer(
+                    f"Instruction: {self._instruction()}\nFeedback: {feedback}\nRewrite the instruction "
+                    f"following the feedback. The answer must stay one of: {', '.join(spec.label_words)}.\n"
+                    "Improved instruction:"))
+                if valid_instruction(text, spec.label_words, spec.instruction):
+                    child = spec_candidate(spec.with_updates(instruction=text), "p2g")
+                    if child.id not in self.tried:
+                        self.tried.add(child.id)
+                        children[child.id] = child
+        return list(children.values())[: self.nodes_per_level]
+
+    def ask(self) -> TrialRequest | None:
+        while not self.done:
+            if todo := self.missing(self.baseline, self.order[: self.context.accept_rule.stages[0]]):
+                return TrialRequest(self.baseline, todo, "baseline")
+            if self.challenge is not None:
+                if request := self.challenge.next_request():
+                    return request
+                self.decide_challenge()
+                continue
+            if self.queue:
+                self.challenge_with(self.queue.pop(0))
+                continue
+            if self.depth >= self.max_depth:
+                self.done = True
+                break
+            if todo := self.missing(self.incumbent, self._minibatch()):
+                return TrialRequest(self.incumbent, todo, "train minibatch")
+            self.queue = self._expand()
+            self.depth += 1
+            self.done = not self.queue
+        return self.baseline_topup()
+
+    def on_accept(self, candidate: Candidate) -> None:
+        self.queue = []  # expand the accepted node next (depth-first)
+
+    def report_lines(self) -> list[str]:
+        return [f"P2G: depth {self.depth}, {len(self.accepted)} accepted edits; critiques "
+                f"(false positives and false negatives kept apart):",
+                *(f"- {c}" for c in self.critiques)]

@@ -1,0 +1,109 @@
+"""FormatSpread (Sclar et al. 2024): Thompson sampling for the best and the worst format.
+
+For sensitivity audits: within a budget it estimates how far apart the best and worst formats
+of a space are. Arms are sampled formats; each pull scores an arm on its next batch of examples
+from one shared order; Beta posteriors start from a prior centred on the baseline's accuracy.
+The first half of the budget maximises, the second half minimises.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from prompttune.evaluation.evaluator import Record
+from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept
+from prompttune.search_spaces.space import Candidate
+
+
+class FormatSpread(Optimizer):
+    name = "spread"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch = self.option("batch", 20)
+        self.prior_strength = self.option("prior_strength", 5.0)
+        n_arms = self.option("formats", 30)
+        space = self.context.space
+        arms = {self.baseline.id: self.baseline}
+        for _ in range(50 * n_arms):
+            if len(arms) >= min(n_arms, space.size().value):
+                break
+            candidate = space.build(space.sample(self.rng))
+            arms.setdefault(candidate.id, candidate)
+        self.arms = list(arms.values())
+        self.alpha = np.ones(len(self.arms))
+        self.beta = np.ones(len(self.arms))
+        self.pulls = np.zeros(len(self.arms), dtype=int)
+        self.spent = 0
+
+    def _next_ids(self, arm: int) -> tuple[str, ...]:
+        start = self.pulls[arm] * self.batch
+        return tuple(self.context.dev_ids[start:start + self.batch])
+
+    @property
+    def phase(self) -> str:
+        return "maximise" if self.spent < self.context.budget / 2 else "minimise"
+
+    def ask(self) -> TrialRequest | None:
+        if self.pulls[0] == 0:
+            return TrialRequest(self.baseline, self._next_ids(0), "baseline")
+        open_arms = [i for i in range(len(self.arms)) if self._next_ids(i)]
+        if not open_arms:
+            return None
+        draws = self.rng.beta(self.alpha[open_arms], self.beta[open_arms])
+        pick = open_arms[int(np.argmax(draws) if self.phase == "maximise" else np.argmin(draws))]
+        return TrialRequest(self.arms[pick], self._next_ids(pick), self.phase)
+
+    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
+        arm = next(i for i, a in enumerate(self.arms) if a.id == request.candidate.id)
+        wins = sum(r.correct for r in records)
+        if arm == 0 and self.pulls[0] == 0:
+            # Prior for every arm: the baseline's first-batch accuracy, worth `prior_strength` pulls.
+            rate = (wins + 1) / (len(records) + 2)
+            self.alpha[:] = 1 + rate * self.prior_strength
+            self.beta[:] = 1 + (1 - rate) * self.prior_strength
+        self.alpha[arm] += wins
+        self.beta[arm] += len(records) - wins
+        self.pulls[arm] += 1
+        self.spent += len(records)
+        return {"phase": request.purpose, "posterior_mean": round(self._means()[arm], 4)}
+
+    def _means(self) -> np.ndarray:
+        return self.alpha / (self.alpha + self.beta)
+
+    def _extremes(self) -> tuple[int, int]:
+        pulled = [i for i in range(len(self.arms)) if self.pulls[i] > 0]
+        means = self._means()
+        return max(pulled, key=means.__getitem__), min(pulled, key=means.__getitem__)
+
+    def best(self) -> tuple[Candidate, float]:
+        if self.pulls[0] == 0:
+            raise RuntimeError("the baseline was not scored yet")
+        top, _ = self._extremes()
+        leader = self.arms[top]
+        shared = [i for i in self.context.dev_ids if i in self.memo[leader.id] and i in self.memo[self.baseline.id]]
+        if top != 0 and shared and final_accept(self, leader, shared, len(self.arms)).verdict == "accept":
+            return leader, self.score_on(leader, list(self.memo[leader.id]))
+        return self.baseline, self.score_on(self.baseline, list(self.memo[self.baseline.id]))
+
+    def spread_summary(self) -> dict[str, Any]:
+        """Best and worst arm by posterior mean, with their observed accuracy and the spread."""
+        top, bottom = self._extremes()
+        acc = {i: self.score_on(self.arms[i], list(self.memo[self.arms[i].id])) for i in (top, bottom)}
+        return {"best": self.arms[top], "best_accuracy": acc[top], "best_n": int(self.pulls[top] * self.batch),
+                "worst": self.arms[bottom], "worst_accuracy": acc[bottom],
+                "worst_n": int(self.pulls[bottom] * self.batch), "spread": acc[top] - acc[bottom]}
+
+    def report_lines(self) -> list[str]:
+        if self.pulls[0] == 0:
+            return ["FormatSpread: no arm was scored."]
+        s = self.spread_summary()
+        return [
+            f"FormatSpread over {len(self.arms)} formats, {int(self.pulls.sum())} pulls of {self.batch} "
+            f"examples: best format `{s['best'].id}` accuracy {s['best_accuracy']:.3f} on {s['best_n']} "
+            f"examples; worst `{s['worst'].id}` {s['worst_accuracy']:.3f} on {s['worst_n']}; "
+            f"**spread {s['spread']:.3f}**.",
+            f"Best → worst: {self.context.space.diff(s['best'], s['worst'])}.",
+        ]

@@ -1,0 +1,132 @@
+"""Successive halving: many candidates on few examples, the best 1/η on more, and so on.
+
+Round r scores every survivor on a fresh block of dev examples — the same block for all
+survivors, so comparisons stay paired — and ranks them on all blocks seen so far. The preset
+`seed` reproduces the schedule 1,440×20 → 360×40 → 90×80 → 22×160 → 5×500 exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from prompttune.errors import UserError
+from prompttune.evaluation.evaluator import Record
+from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept
+from prompttune.search_spaces.space import Candidate
+
+SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))
+
+
+def auto_schedule(budget: int, n_dev: int, space_size: int, eta: int, min_examples: int) -> list[tuple[int, int]]:
+    """Blocks grow by η and must fit the dev split; the first round's width fills the budget."""
+    blocks = []
+    n, used = min_examples, 0
+    while used + n <= n_dev:
+        blocks.append(n)
+        used += n
+        n *= eta
+    if not blocks:
+        blocks = [n_dev]
+    if used < n_dev:
+        blocks[-1] += n_dev - used  # the last round sees the rest of dev
+    def widths(k0: int) -> list[int]:
+        return [max(1, math.ceil(k0 / eta**r)) for r in range(len(blocks))]
+
+    # Keep room to score the baseline on every block for the final paired verdict.
+    budget -= n_dev - blocks[0]
+    k0 = 2
+    while k0 < space_size and sum(k * b for k, b in zip(widths(k0 + 1), blocks)) <= budget:
+        k0 += 1
+    return list(zip(widths(k0), blocks))
+
+
+class SuccessiveHalving(Optimizer):
+    name = "sh"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        dev = self.context.dev_ids
+        space = self.context.space
+        eta = self.option("eta", 4)
+        preset = self.option("schedule", "auto")
+        if preset == "seed":
+            schedule = list(SEED_SCHEDULE)
+        elif preset == "auto":
+            schedule = auto_schedule(self.context.budget, len(dev), space.size().value, eta, self.option("min_examples", 20))
+        else:
+            raise UserError(f"sh: unknown schedule {preset!r} (use auto or seed)")
+        if sum(n for _, n in schedule) > len(dev):
+            raise UserError(f"sh: schedule needs {sum(n for _, n in schedule)} dev examples, "
+                            f"dev has {len(dev)} (raise --dev-size)")
+        self.schedule = schedule
+        self.round = 0
+        self.survivors = self._initial(schedule[0][0])
+        self.n_initial = len(self.survivors)
+        self.block_start = 0
+
+    def _initial(self, width: int) -> list[Candidate]:
+        """Baseline plus distinct valid candidates (enumerated when the space allows)."""
+        space = self.context.space
+        chosen = {self.baseline.id: self.baseline}
+        if space.size().value <= width:
+            pool = [space.build(a) for a in space.enumerate()]
+        else:
+            pool = []
+            attempts = 0
+            while len(chosen) + len(pool) < width and attempts < 50 * width:
+                pool.append(space.build(space.sample(self.rng)))
+                attempts += 1
+        for candidate in pool:
+            if len(chosen) >= width:
+                break
+            chosen.setdefault(candidate.id, candidate)
+        return list(chosen.values())
+
+    def _finished_ids(self) -> list[str]:
+        """Dev examples of all finished rounds: every current survivor has scores on them."""
+        return self.context.dev_ids[: sum(n for _, n in self.schedule[: self.round])]
+
+    def ask(self) -> TrialRequest | None:
+        if self.round < len(self.schedule):
+            block = self.context.dev_ids[self.block_start:self.block_start + self.schedule[self.round][1]]
+            for candidate in self.survivors:
+                todo = self.missing(candidate, block)
+                if todo:
+                    return TrialRequest(candidate, todo, f"round {self.round + 1}")
+            self._advance()
+            return self.ask()
+        # After the schedule: score the baseline on the leader's examples for the paired verdict.
+        todo = self.missing(self.baseline, self._finished_ids())
+        return TrialRequest(self.baseline, todo, "baseline top-up") if todo else None
+
+    def _advance(self) -> None:
+        self.block_start += self.schedule[self.round][1]
+        self.round += 1
+        seen = self._finished_ids()
+        self.survivors = sorted(self.survivors, key=lambda c: self.score_on(c, seen), reverse=True)
+        if self.round < len(self.schedule):
+            self.survivors = self.survivors[: self.schedule[self.round][0]]
+
+    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
+        return {"round": min(self.round + 1, len(self.schedule))}
+
+    def best(self) -> tuple[Candidate, float]:
+        ids = self._finished_ids()
+        if not ids:
+            raise RuntimeError("no round finished yet")
+        leader = self.survivors[0]
+        if leader.id != self.baseline.id and not self.missing(self.baseline, ids):
+            if final_accept(self, leader, ids, family=self.n_initial).verdict == "accept":
+                return leader, self.score_on(leader, ids)
+        base_ids = [i for i in ids if i in self.memo.get(self.baseline.id, {})]
+        return self.baseline, self.score_on(self.baseline, base_ids)
+
+    def report_lines(self) -> list[str]:
+        """Cost against the grid: every first-round candidate at the final round's example count."""
+        cost = sum(k * n for k, n in self.schedule)
+        width, final_n = self.schedule[0][0], self.schedule[-1][1]
+        rounds = " → ".join(f"{k}×{n}" for k, n in self.schedule)
+        return [f"Successive halving schedule {rounds}: {cost} calls, {cost / (width * final_n):.1%} "
+                f"of the grid-equivalent cost ({width} candidates × {final_n} examples = "
+                f"{width * final_n} calls); {self.round} of {len(self.schedule)} rounds finished."]

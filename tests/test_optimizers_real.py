@@ -1,0 +1,44 @@
+"""One smoke run per optimizer with the real embedded model at a tiny budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prompttune.config import RunConfig
+from prompttune.runner import build_backend, run_optimization
+from tests.test_evaluation import CountingBackend
+
+pytestmark = pytest.mark.integration
+
+OPTIONS = {
+    "random": {},
+    "sh": {"min_examples": 8, "eta": 3},
+    "cople": {"m": 2, "C": 2, "proxy": 8},
+    "p2g": {"minibatch": 24, "min_errors": 4, "directions": 1, "edits": 1, "max_depth": 1},
+    "bfrs": {"programs": 3, "bootstrap_pool": 12, "max_demos": 2},
+    "mipro": {"instructions": 2, "demo_sets": 2, "minibatch": 8, "full_eval_every": 2, "trials": 4},
+    "spread": {"formats": 4, "batch": 8},
+}
+
+
+@pytest.fixture(scope="module")
+def backend() -> CountingBackend:
+    return CountingBackend(build_backend(RunConfig()))
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_optimizer_smoke_with_the_embedded_model(name: str, backend: CountingBackend, data_dir: Path,
+                                                 tmp_path: Path) -> None:
+    config = RunConfig(task="agnews", data_dir=str(data_dir), optimizer=name, optimizer_options=OPTIONS[name],
+                       budget=160, train_size=40, dev_size=24, test_size=24, runs_dir=str(tmp_path))
+    before = backend.calls
+    result = run_optimization(config, backend=backend)
+    assert result.search_ledger.calls <= 160
+    assert backend.calls - before == result.search_ledger.calls + result.confirm_ledger.calls
+    trials = [json.loads(line) for line in (result.run_dir / "trials.jsonl").read_text().splitlines()]
+    assert trials and all(t["budget_spent"] <= 160 for t in trials)
+    report = (result.run_dir / "report.md").read_text()
+    assert "Held-out test" in report and "## Optimizer" in report
