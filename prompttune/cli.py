@@ -12,7 +12,9 @@ from typing import Callable, Sequence
 import yaml
 from pydantic import ValidationError
 
+from prompttune.backends.factory import add_backend_arguments, backend_options
 from prompttune.errors import UserError
+from prompttune.search_spaces.commands import add_space_commands
 
 EXIT_USAGE = 2
 
@@ -30,11 +32,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
     parser.add_argument("--space", help="search-space YAML file (default: the task's built-in space)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default="embedded:smollm2-135m-instruct",
-                        help="HF id, local directory or .gguf file (default: the embedded SmolLM2-135M)")
-    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
-    parser.add_argument("--batch-size", type=int, default=32)
+    add_backend_arguments(parser)
     parser.add_argument("--scoring", default="logit",
                         help="logit (default) or generate; evaluate also takes calibrated")
     parser.add_argument("--train-size", type=int, default=1000)
@@ -51,10 +49,10 @@ def _optimize(args: argparse.Namespace) -> int:
     config = RunConfig(
         task=args.task, data_dir=args.data_dir, space=args.space, optimizer=args.optimizer,
         optimizer_options=dict(_parse_option(o) for o in args.option), budget=args.budget,
-        budget_tokens=args.budget_tokens, seed=args.seed, model=args.model, dtype=args.dtype,
-        device=args.device, batch_size=args.batch_size, scoring=args.scoring, objective=args.objective,
+        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
+        scoring=args.scoring, objective=args.objective, alpha=args.alpha, proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
-        runs_dir=args.runs_dir, cache=args.cache)
+        runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = run_optimization(config)
     print(f"baseline test accuracy {result.confirmation.baseline_accuracy:.3f}, "
           f"best {result.confirmation.best_accuracy:.3f}, "
@@ -115,8 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="accuracy, macro_f1, valid_rate or service_accuracy")
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="optimizer option (repeatable)")
+    opt.add_argument("--alpha", type=float, default=0.05, help="significance level of every accept decision")
+    opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
+    opt.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw")
     opt.set_defaults(handler=_optimize)
     add_evaluate_parser(commands)
+    add_space_commands(commands)
     return parser
 
 

@@ -7,8 +7,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
-class RunConfig(BaseModel):
+class BackendConfig(BaseModel):
+    """Which model answers, and how it is reached (shared by optimize, evaluate and compare)."""
+
     model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["transformers", "openai", "vllm"] = "transformers"
+    model: str = "embedded:smollm2-135m-instruct"
+    dtype: Literal["auto", "bf16", "fp32"] = "auto"
+    device: str = "cpu"
+    batch_size: int = Field(32, gt=0)
+    base_url: list[str] = Field(default_factory=list, description="OpenAI-compatible servers (--backend openai)")
+    api_key_env: str | None = Field(None, description="env var holding the API key; the key is never saved")
+    tokenizer: str | None = Field(None, description="tokenizer for chat templates (openai) / tokenization (vllm)")
+    concurrency: int = Field(8, gt=0, description="requests in flight per server")
+    timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
+    retries: int = Field(4, ge=0, description="retries per call on connection errors, timeouts, 429, 5xx")
+
+
+class RunConfig(BackendConfig):
+    """One optimization run."""
 
     task: str = "agnews"
     data_dir: str | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
@@ -19,11 +37,6 @@ class RunConfig(BaseModel):
     budget_tokens: int | None = Field(None, gt=0, description="optional cap on search-time tokens")
     seed: int = Field(0, description="optimizer seed (sampling, proposals)")
     split_seed: int = Field(0, description="seed of the train/dev/test draw; fixed across compared arms")
-    backend: Literal["transformers"] = "transformers"
-    model: str = "embedded:smollm2-135m-instruct"
-    dtype: Literal["auto", "bf16", "fp32"] = "auto"
-    device: str = "cpu"
-    batch_size: int = Field(32, gt=0)
     scoring: Literal["logit", "generate"] = "logit"
     objective: str = "accuracy"
     alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every accept decision")

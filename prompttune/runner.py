@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
+from prompttune.backends.factory import build_backend
 from prompttune.config import RunConfig
 from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache
@@ -29,18 +30,8 @@ from prompttune.storage import JsonlStorage
 from prompttune.tasks import SplitSizes, Task, load_task
 
 
-def build_backend(config: RunConfig) -> Backend:
-    from prompttune.backends.transformers_backend import TransformersBackend
-
-    return TransformersBackend(config.model, dtype=config.dtype, device=config.device,
-                               batch_size=config.batch_size)
-
-
 def build_proposer_backend(config: RunConfig) -> Backend:
-    from prompttune.backends.transformers_backend import TransformersBackend
-
-    return TransformersBackend(config.proposer_model, dtype=config.dtype, device=config.device,
-                               batch_size=config.batch_size)
+    return build_backend(config.model_copy(update={"model": config.proposer_model}))
 
 
 def load_space(config: RunConfig, task: Task) -> SearchSpace:
@@ -74,8 +65,10 @@ class RunResult:
     wall_seconds: float
 
 
-def run_optimization(config: RunConfig, backend: Backend | None = None,
-                     console: Console | None = None) -> RunResult:
+def run_optimization(config: RunConfig, backend: Backend | None = None, console: Console | None = None,
+                     cache: ResultCache | None = None) -> RunResult:
+    """One search and its held-out verdict. A given `cache` is used as is and left open (compare
+    shares one across arms); otherwise `config.cache` or the run directory's cache is opened."""
     started = time.time()
     console = console or Console(stderr=True)
     task = load_task(config.task, config.data_dir,
@@ -85,10 +78,14 @@ def run_optimization(config: RunConfig, backend: Backend | None = None,
     if config.budget < len(task.splits["dev"]):
         raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
                         f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+    own_backend = backend is None
     backend = backend or build_backend(config)
+    if hasattr(backend, "describe"):
+        console.print(backend.describe())
     run_dir = make_run_dir(config, task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
-    cache = ResultCache(config.cache or run_dir / "cache.sqlite")
+    own_cache = cache is None
+    cache = cache if cache is not None else ResultCache(config.cache or run_dir / "cache.sqlite")
 
     visible = task.without_test()
     train = {ex.id: ex for ex in visible.splits["train"]}
@@ -140,5 +137,8 @@ def run_optimization(config: RunConfig, backend: Backend | None = None,
                        time.time() - started)
     write_report(result, config, task, space, baseline)
     print_summary(result, console)
-    cache.close()
+    if own_cache:
+        cache.close()
+    if own_backend and hasattr(backend, "close"):
+        backend.close()
     return result

@@ -7,7 +7,6 @@ the evaluator's prediction method (`prediction.py`), so every method shares cach
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
@@ -15,22 +14,13 @@ from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache, cache_key
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import Scoring, make_predictor
-from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Record
+from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query, Record
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.tasks.base import Example
 
 __all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring"]
 
 Mode = Literal["score", "generate"]
-
-
-@dataclass(frozen=True)
-class Query:
-    """One prompt on some examples; `continuations[i]` replaces the label continuations of example i."""
-
-    spec: PromptSpec
-    example_ids: Sequence[str]
-    continuations: Sequence[tuple[str, ...]] | None = None
 
 
 def _content_free_example(spec: PromptSpec, example_id: str) -> Example:

@@ -22,7 +22,7 @@ from scipy.special import logsumexp
 
 from prompttune.errors import UserError
 from prompttune.evaluation.extraction import extract_label
-from prompttune.evaluation.records import Output, Record, content_free_id
+from prompttune.evaluation.records import Output, Query, Record, content_free_id
 from prompttune.search_spaces.prompt import PromptSpec
 
 if TYPE_CHECKING:
@@ -87,6 +87,9 @@ class Predictor(ABC):
     def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
         """Per-example records, in the order of `example_ids`."""
 
+    def prefetch(self, specs: Sequence[PromptSpec]) -> None:
+        """Make per-prompt auxiliary calls for many prompts at once (nothing for most methods)."""
+
     def _single(self, prompts: Prompts) -> PromptSpec:
         specs = _specs(prompts)
         if len(specs) != 1:
@@ -127,10 +130,17 @@ class CalibratedPredictor(Predictor):
         super().__init__(evaluator)
         self.content_free = tuple(content_free)
 
+    def _probes(self, specs: Sequence[PromptSpec]) -> list[list[Output]]:
+        ids = [content_free_id(value) for value in self.content_free]
+        return self.evaluator.outputs_many([Query(s, ids) for s in specs], "score", kind="content-free")
+
+    def prefetch(self, specs: Sequence[PromptSpec]) -> None:
+        """Score the (tiny) content-free probes of all prompts in one backend call; later cache hits."""
+        self._probes([s for s in specs if not s.cot])
+
     def bias(self, spec: PromptSpec) -> np.ndarray:
         """Mean normalised label probabilities over the content-free inputs."""
-        ids = [content_free_id(value) for value in self.content_free]
-        outputs = self.evaluator.outputs(spec, ids, "score", kind="content-free")
+        [outputs] = self._probes([spec])
         return np.exp([normalized_logprobs(o.logprobs or ()) for o in outputs]).mean(axis=0)
 
     def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:

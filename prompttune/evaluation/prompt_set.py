@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Literal
+from typing import Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -190,10 +190,12 @@ def _tracked(progress: Progress, description: str, prompts: list[NamedPrompt]) -
         progress.advance(bar)
 
 
-def _evaluate_setting(evaluator: Evaluator, scoring: str, prompts: Iterable[NamedPrompt],
-                      ids: list[str], n_classes: int) -> SettingResult:
+def _evaluate_setting(evaluator: Evaluator, scoring: str, prompts: list[NamedPrompt], ids: list[str],
+                      n_classes: int, progress: Progress) -> SettingResult:
     predictor = make_predictor(scoring, evaluator)
-    records = [predictor.predict(p.spec, ids) for p in prompts]
+    predictor.prefetch([p.spec for p in prompts])
+    records = [predictor.predict(p.spec, ids)
+               for p in _tracked(progress, f"{scoring} · {len(ids)} examples", prompts)]
     correct = np.array([[r.correct for r in rows] for rows in records], dtype=float)
     return SettingResult(scoring, records, [score_prompt(rows, n_classes) for rows in records],
                          summarize_prompt_set(correct))
@@ -236,9 +238,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None,
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=console) as progress:
-            results = [_evaluate_setting(evaluator, scoring,
-                                         _tracked(progress, f"{scoring} · {len(ids)} {config.split} examples",
-                                                  prompts), ids, n_classes)
+            results = [_evaluate_setting(evaluator, scoring, prompts, ids, n_classes, progress)
                        for scoring in settings]
         base: Literal["logit", "calibrated"] = "calibrated" if "calibrated" in settings else "logit"
         ensembles = (None if config.ensemble is None else

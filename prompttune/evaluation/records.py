@@ -1,9 +1,11 @@
-"""What the evaluator hands out: raw model outputs, and per-example records built from them."""
+"""What the evaluator takes and hands out: queries, raw model outputs, per-example records."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
+from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Example
 
 CONTENT_FREE_PREFIX = "content-free:"
@@ -12,6 +14,15 @@ CONTENT_FREE_PREFIX = "content-free:"
 def content_free_id(value: str) -> str:
     """Stable id of the synthetic example whose every input field is `value` (e.g. "N/A")."""
     return CONTENT_FREE_PREFIX + value
+
+
+@dataclass(frozen=True)
+class Query:
+    """One prompt on some examples; `continuations[i]` replaces the label continuations of example i."""
+
+    spec: PromptSpec
+    example_ids: Sequence[str]
+    continuations: Sequence[tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True)

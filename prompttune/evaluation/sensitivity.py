@@ -14,7 +14,8 @@ from typing import Sequence
 import numpy as np
 
 from prompttune.errors import UserError
-from prompttune.evaluation.evaluator import Evaluator, Query
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.records import Query
 from prompttune.objectives.multiprompt import posix
 from prompttune.search_spaces.prompt import PromptSpec
 

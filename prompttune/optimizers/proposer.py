@@ -13,7 +13,7 @@ from prompttune.search_spaces.prompt import Prompt
 class Proposer:
     """Every call is reserved on the ledger before it runs, like a scoring call."""
 
-    def __init__(self, backend: Backend, ledger: BudgetLedger, max_new_tokens: int = 96) -> None:
+    def __init__(self, backend: Backend, ledger: BudgetLedger, max_new_tokens: int = 64) -> None:
         self.backend, self.ledger, self.max_new_tokens = backend, ledger, max_new_tokens
 
     def __call__(self, request: str, max_new_tokens: int | None = None) -> str:

@@ -1,0 +1,91 @@
+"""Score N agnews test prompts with one backend, time it, and compare with a saved reference.
+
+The reference is the transformers backend (`--save`); vLLM's offline engine and servers are
+compared against it (`--against`): same argmax label on >= `--min-agreement` of the prompts,
+plus a summary of the per-label log-prob differences and of greedy generations.
+
+Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/vllm_agreement.py --backend transformers \
+       --dtype fp32 --save ref.json
+     python benchmarks/vllm_agreement.py --backend vllm --model DIR --dtype fp32 --against ref.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
+from prompttune.backends.factory import add_backend_arguments, backend_options, build_backend
+from prompttune.search_spaces import default_space, render
+from prompttune.tasks import SplitSizes, load_task
+
+
+def _report(label: str, count: int, unit: str, started: float) -> None:
+    seconds = time.perf_counter() - started
+    print(f"  {label}: {count} {unit} in {seconds:.1f}s = {count / seconds:.1f} {unit}/s")
+
+
+def measure(backend: Backend, n: int, n_generate: int, max_new_tokens: int) -> dict:
+    task = load_task("agnews", None, SplitSizes(10, 10, n))
+    spec = default_space(task).default_candidate().spec
+    prompts = [render(spec, ex, []) for ex in task.splits["test"]]
+    scoring = [ScoreRequest(backend.to_text(p), p.label_continuations) for p in prompts]
+    backend.score(scoring[:4])  # warm-up
+    started = time.perf_counter()
+    scores = backend.score(scoring)
+    _report("label scoring", len(scoring), "prompts", started)
+    started = time.perf_counter()
+    outs = backend.generate([GenerateRequest(r.text, max_new_tokens) for r in scoring[:n_generate]])
+    _report("generation", sum(o.completion_tokens for o in outs), "tokens", started)
+    return {"model_id": backend.model_id, "logprobs": [list(s.logprobs) for s in scores],
+            "labels": [ex.label for ex in task.splits["test"]], "generations": [o.text for o in outs]}
+
+
+def compare(got: dict, ref: dict, min_agreement: float) -> bool:
+    def argmax(row: list[float]) -> int:
+        return max(range(len(row)), key=row.__getitem__)
+
+    pairs = list(zip(got["logprobs"], ref["logprobs"]))
+    agree = sum(argmax(g) == argmax(r) for g, r in pairs) / len(pairs)
+    diffs = sorted(abs(a - b) for g, r in pairs for a, b in zip(g, r))
+    accuracy = {name: sum(argmax(row) == y for row, y in zip(run["logprobs"], run["labels"])) / len(pairs)
+                for name, run in (("this", got), ("reference", ref))}
+    same_text = sum(a == b for a, b in zip(got["generations"], ref["generations"]))
+    print(f"  vs {ref['model_id']}: argmax agreement {agree:.1%} on {len(pairs)} prompts "
+          f"(accuracy {accuracy['this']:.3f} vs {accuracy['reference']:.3f})")
+    print(f"  |log-prob difference| per label: median {statistics.median(diffs):.4f}, "
+          f"p95 {diffs[int(0.95 * (len(diffs) - 1))]:.4f}, max {diffs[-1]:.4f}")
+    print(f"  greedy generations identical: {same_text}/{len(got['generations'])}")
+    return agree >= min_agreement
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_backend_arguments(parser)
+    parser.add_argument("--n", type=int, default=200, help="agnews test prompts to score")
+    parser.add_argument("--generate", type=int, default=16, help="prompts to generate for")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--save", type=Path, help="write the scores here (the reference run)")
+    parser.add_argument("--against", type=Path, help="compare with a saved reference run")
+    parser.add_argument("--min-agreement", type=float, default=0.95)
+    args = parser.parse_args()
+    backend = build_backend(SimpleNamespace(**backend_options(args)))
+    print(f"{backend.model_id}:")
+    result = measure(backend, args.n, args.generate, args.max_new_tokens)
+    for server, stats in getattr(backend, "stats", {}).items():
+        print(f"  {server}: {stats}")
+    if args.save:
+        args.save.write_text(json.dumps(result))
+    if args.against and not compare(result, json.loads(args.against.read_text()), args.min_agreement):
+        print(f"  FAIL: agreement below {args.min_agreement:.0%}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

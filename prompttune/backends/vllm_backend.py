@@ -1,0 +1,92 @@
+"""vLLM's offline engine (optional extra `prompttune[vllm]`): batched scoring and generation in
+process, with prefix caching so the instruction and demos shared by a candidate's prompts are
+computed once.
+
+Scoring is exact teacher forcing, tokenized like the transformers backend (prompt and label apart,
+then concatenated): for each distinct (prompt, label prefix) one request of `max_tokens=1` reads the
+log-probs of just the label tokens that can come next (`logprob_token_ids`). Unlike
+`prompt_logprobs`, which makes vLLM skip its prefix cache, these requests all hit the cached prompt;
+single-token labels cost one request per prompt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
+                                      ScoreResult)
+from prompttune.errors import UserError
+from prompttune.search_spaces.prompt import Prompt
+
+_DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
+
+
+def _import_vllm() -> Any:
+    try:
+        import vllm
+    except ImportError:
+        raise UserError("the vllm backend needs vLLM: pip install 'prompttune[vllm]'") from None
+    return vllm
+
+
+class VLLMBackend(Backend):
+    def __init__(self, model: str, dtype: str = "auto", tokenizer: str | None = None,
+                 **engine_options: Any) -> None:
+        """`engine_options` go to `vllm.LLM` unchanged (e.g. tensor_parallel_size, max_model_len)."""
+        if model.startswith("embedded:") or model.endswith(".gguf"):
+            raise UserError("vLLM cannot load the embedded GGUF model: export a safetensors copy "
+                            "(benchmarks/vllm_export_model.py) and pass its folder with --model")
+        self._vllm = _import_vllm()
+        if "logprob_token_ids" not in self._vllm.SamplingParams.__struct_fields__:
+            raise UserError("the vllm backend needs a vLLM whose SamplingParams has logprob_token_ids "
+                            "(0.32 or newer): pip install -U 'prompttune[vllm]'")
+        try:
+            self.llm = self._vllm.LLM(model=model, tokenizer=tokenizer, dtype=_DTYPES[dtype],
+                                      enable_prefix_caching=True, seed=0, **engine_options)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"vLLM cannot load model {model!r}: {str(exc).splitlines()[0]}") from exc
+        self.tokenizer = self.llm.get_tokenizer()
+        self.model_id = f"vllm:{model}|{dtype}"
+
+    def to_text(self, prompt: Prompt) -> str:
+        if prompt.messages is None:
+            return prompt.text or ""
+        messages = [{"role": role, "content": content} for role, content in prompt.messages]
+        rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return rendered + prompt.assistant_prefix
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=True).input_ids
+
+    def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        prompts = [self._encode(r.text) for r in requests]
+        labels = [[self.tokenizer(c, add_special_tokens=False).input_ids for c in r.continuations]
+                  for r in requests]
+        wanted: dict[tuple[int, tuple[int, ...]], set[int]] = {}  # (prompt, label prefix) -> next ids
+        for i, ids_per_label in enumerate(labels):
+            for ids in ids_per_label:
+                for k, token in enumerate(ids):
+                    wanted.setdefault((i, tuple(ids[:k])), set()).add(token)
+        keys = list(wanted)
+        params = [self._vllm.SamplingParams(max_tokens=1, temperature=0.0,
+                                            logprob_token_ids=sorted(wanted[k])) for k in keys]
+        outputs = self.llm.generate([{"prompt_token_ids": prompts[i] + list(prefix)} for i, prefix in keys],
+                                    params, use_tqdm=False)
+        read = {key: out.outputs[0].logprobs[0] for key, out in zip(keys, outputs)}
+        return [ScoreResult(tuple(sum(read[i, tuple(ids[:k])][t].logprob for k, t in enumerate(ids))
+                                  for ids in ids_per_label),
+                            len(prompts[i]), sum(len(ids) for ids in ids_per_label))
+                for i, ids_per_label in enumerate(labels)]
+
+    def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
+        prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]
+        params = [self._vllm.SamplingParams(max_tokens=r.max_new_tokens, temperature=0.0, logprobs=0)
+                  for r in requests]
+        results = []
+        for prompt, out in zip(prompts, self.llm.generate(prompts, params, use_tqdm=False)):
+            completion = out.outputs[0]
+            token_logprobs = tuple(step[t].logprob for step, t in zip(completion.logprobs or [],
+                                                                      completion.token_ids))
+            results.append(GenerateResult(completion.text, token_logprobs,
+                                          len(prompt["prompt_token_ids"]), len(completion.token_ids)))
+        return results

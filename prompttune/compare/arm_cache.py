@@ -1,0 +1,58 @@
+"""A per-run view of the cache shared by compared arms.
+
+Arms share one SQLite cache so that nothing is computed twice, but a hit on an entry that
+another arm paid for must not make this arm's search cheaper. `ArmCache` therefore charges
+its run's ledger for every hit on an entry this run has not itself produced or received,
+exactly as the evaluator would have charged a miss: one call per requested item and the
+entry's recorded tokens. The evaluator's own miss-charging plus this foreign-hit charging
+equal what the run would have paid with a private, empty cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from prompttune.errors import BudgetExhausted
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.ledger import BudgetLedger
+
+
+class ArmCache:
+    """Duck-types `ResultCache` for an `Evaluator`; the shared cache stays open (its owner closes it)."""
+
+    def __init__(self, shared: ResultCache, ledger: BudgetLedger) -> None:
+        self.shared = shared
+        self.ledger = ledger
+        self.known: set[str] = set()
+        self.foreign_calls = 0
+        self.computed = 0
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        found = self.shared.get_many(keys)
+        foreign = [k for k in keys if k in found and k not in self.known]
+        if foreign:
+            misses = sum(k not in found for k in keys)
+            remaining = self.ledger.remaining_calls()
+            # Refuse the whole request up front, as a run alone would have: charging the
+            # foreign hits and then having the evaluator refuse the misses would bill a
+            # request that never ran.
+            if remaining is not None and len(foreign) + misses > remaining:
+                raise BudgetExhausted(f"{len(foreign) + misses} calls requested (shared-cache hits "
+                                      f"included), {remaining} left of the cap {self.ledger.cap_calls}")
+            values = [found[k] for k in foreign]
+            kind = "score" if "logprobs" in values[0] else "generate"
+            self.ledger.reserve(len(foreign), f"{kind} (shared cache)")
+            self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values),
+                                   sum(v["completion_tokens"] for v in values))
+            self.known.update(foreign)
+            self.foreign_calls += len(foreign)
+        return found
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        items = list(items)
+        self.known.update(k for k, _ in items)
+        self.computed += len(items)
+        self.shared.put_many(items)
+
+    def __len__(self) -> int:
+        return len(self.shared)

@@ -1,0 +1,91 @@
+"""A DSPy 3.4 LM engine that runs on prompttune's evaluator, so DSPy spends the arm's budget.
+
+`dspy.LM(model, engine=MeteredEngine(...), cache=False)` sends every request here as one
+`dspy.lm15.Request`. Two kinds arrive:
+
+- classification queries, which `PromptSpecAdapter` registered with `expect` (spec + example
+  id): they are scored by the arm's `Evaluator` — same rendering, scoring method, cache view
+  and ledger as every prompttune arm — and answered with the predicted label word;
+- anything else (instruction proposals, dataset summaries): generated greedily from the chat
+  messages and charged as one call each, like prompttune's own proposer.
+
+When a request would pass the cap the engine raises `BudgetStop`, a BaseException: DSPy's
+optimizers catch `Exception` around single examples and proposals and would otherwise carry on
+with failed examples, so the stop propagates out of `compile` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
+
+from prompttune.errors import BudgetExhausted
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.records import Record
+from prompttune.search_spaces.prompt import Prompt, PromptSpec, render, select_demos
+
+Observer = Callable[[PromptSpec, Record], None]
+
+
+class BudgetStop(BaseException):
+    """The arm's cap is reached; caught by the arm, which keeps the best program seen so far."""
+
+
+def _text(message: Message) -> str:
+    return "".join(getattr(part, "text", "") for part in message.parts)
+
+
+class MeteredEngine:
+    def __init__(self, evaluator: Evaluator, observe: Observer | None = None,
+                 max_new_tokens: int = 96) -> None:
+        self.evaluator = evaluator
+        self.observe = observe
+        self.max_new_tokens = max_new_tokens
+        self._expected: dict[str, tuple[PromptSpec, str]] = {}
+
+    def expect(self, spec: PromptSpec, example_id: str) -> str:
+        """Register a classification query; returns the request content that stands for it
+        (the exact model input, so DSPy's history shows what the model saw)."""
+        ev = self.evaluator
+        prompt = render(spec, ev.examples[example_id], select_demos(spec, ev.demo_pool))
+        text = ev.backend.to_text(prompt)
+        self._expected[text] = (spec, example_id)
+        return text
+
+    def forget(self, text: str) -> None:
+        self._expected.pop(text, None)
+
+    def complete(self, request: Request) -> Response:
+        ledger = self.evaluator.ledger
+        before = (ledger.prompt_tokens, ledger.completion_tokens)
+        try:
+            query = self._expected.get(_text(request.messages[-1])) if len(request.messages) == 1 else None
+            answer = self._classify(*query) if query else self._generate(request)
+        except BudgetExhausted as exc:
+            raise BudgetStop(str(exc)) from exc
+        usage = Usage(input_tokens=ledger.prompt_tokens - before[0],
+                      output_tokens=ledger.completion_tokens - before[1])
+        return Response(id=None, model=request.model, message=Message.assistant([TextPart(answer)]),
+                        finish_reason="stop", usage=usage)
+
+    def _classify(self, spec: PromptSpec, example_id: str) -> str:
+        record = self.evaluator.evaluate(spec, [example_id])[0]
+        if self.observe:
+            self.observe(spec, record)
+        return spec.label_words[record.pred] if record.pred is not None else (record.text or "")
+
+    def _generate(self, request: Request) -> str:
+        system = request.system if isinstance(request.system, str) else "".join(
+            getattr(p, "text", "") for p in request.system or ())
+        turns = [("system", system)] if system else []
+        turns += [("assistant" if m.role == "assistant" else "user", _text(m)) for m in request.messages]
+        text = self.evaluator.backend.to_text(Prompt(messages=tuple(turns)))
+        limit = min(request.config.max_tokens or self.max_new_tokens, self.max_new_tokens)
+        return self.evaluator.propose(text, max_new_tokens=limit)
+
+    def stream(self, request: Request):
+        return response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        """The backend belongs to the comparison, not to this engine."""

@@ -1,0 +1,160 @@
+"""compare on the synthetic oracle: matched budgets, per-run charging of shared-cache hits,
+the report and its fairness checks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from prompttune.backends.base import ScoreRequest
+from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.compare.arm_cache import ArmCache
+from prompttune.compare.commands import add_compare_commands, parse_options
+from prompttune.compare.fairness import LeakWatch
+from prompttune.compare.run import run_compare
+from prompttune.config import RunConfig
+from prompttune.errors import BudgetExhausted, UserError
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.runner import run_optimization
+from prompttune.search_spaces import default_space
+from prompttune.tasks import SplitSizes, load_task
+from prompttune.tasks.base import Task
+from tests.test_evaluation import CountingBackend
+
+COLOURS = ("red", "green", "blue")
+
+
+def colours_task_file(tmp_path: Path, per_colour: int = 120) -> Path:
+    rows = [f"item {i:03d} is painted {c} all over,{c}" for i in range(per_colour) for c in COLOURS]
+    (tmp_path / "colours.csv").write_text("text,colour\n" + "\n".join(rows) + "\n")
+    path = tmp_path / "colours.yaml"
+    path.write_text("name: colours\ndata: colours.csv\ntext_columns: [text]\nlabel_column: colour\n"
+                    "labels: {red: [red], green: [green], blue: [blue]}\n")
+    return path
+
+
+def oracle_config(tmp_path: Path, **changes) -> RunConfig:
+    fields = dict(task=str(colours_task_file(tmp_path)), budget=300, train_size=60, dev_size=60,
+                  test_size=90, runs_dir=str(tmp_path / "runs"))
+    return RunConfig(**{**fields, **changes})
+
+
+def task_of(config: RunConfig) -> Task:
+    return load_task(config.task, config.data_dir,
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+
+
+def oracle_for(config: RunConfig) -> CountingBackend:
+    """Known accuracies: a 'Label:' output or the second instruction helps (see the colours space)."""
+    examples = [e for split in task_of(config).splits.values() for e in split]
+
+    def accuracy(text: str) -> float:
+        return 0.45 + (0.3 if "Label:" in text else 0.0) + (0.15 if "Choose the correct" in text else 0.0)
+
+    return CountingBackend(SyntheticOracleBackend(examples, accuracy,
+                                                  proposals=lambda t: f"Name the colour ({len(t) % 5}): "
+                                                                      "red, green or blue."))
+
+
+def _evaluator(config: RunConfig, backend, cache, ledger: BudgetLedger) -> Evaluator:
+    task = task_of(config)
+    visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
+    return Evaluator(backend, visible, {e.id: e for e in task.splits["train"]}, cache, ledger)
+
+
+def test_a_hit_on_another_runs_entry_costs_what_the_call_would_have(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    backend, shared = oracle_for(config), ResultCache()
+    spec = default_space(task_of(config)).default_candidate().spec
+    dev = [e.id for e in task_of(config).splits["dev"]][:20]
+    first = BudgetLedger(cap_calls=100)
+    _evaluator(config, backend, ArmCache(shared, first), first).evaluate(spec, dev)
+    second = BudgetLedger(cap_calls=100)
+    evaluator = _evaluator(config, backend, ArmCache(shared, second), second)
+    evaluator.evaluate(spec, dev)
+    assert (second.calls, second.tokens) == (first.calls, first.tokens) == (20, first.tokens)
+    assert backend.calls == 20  # the model was not asked again
+    evaluator.evaluate(spec, dev)  # its own entry now: free, as with a private cache
+    assert second.calls == 20 and dict(second.calls_by_kind) == {"score (shared cache)": 20}
+
+
+def test_a_refused_request_charges_none_of_its_shared_hits(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    backend, shared = oracle_for(config), ResultCache()
+    spec = default_space(task_of(config)).default_candidate().spec
+    dev = [e.id for e in task_of(config).splits["dev"]]
+    first = BudgetLedger()
+    _evaluator(config, backend, ArmCache(shared, first), first).evaluate(spec, dev[:20])
+    capped = BudgetLedger(cap_calls=25)
+    evaluator = _evaluator(config, backend, ArmCache(shared, capped), capped)
+    with pytest.raises(BudgetExhausted):
+        evaluator.evaluate(spec, dev[:30])  # 20 shared hits + 10 misses > 25
+    assert capped.calls == 0
+    evaluator.evaluate(spec, dev[:25])
+    assert capped.calls == 25
+
+
+def test_compare_two_optimizers_two_seeds_matched_budgets(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    backend = oracle_for(config)
+    result = run_compare(config, ["random", "sh"], [0, 1], {"sh": {"eta": 3}}, backend=backend)
+    assert [(r.arm, r.seed) for r in result.runs] == [("random", 0), ("random", 1), ("sh", 0), ("sh", 1)]
+    assert all(r.search.calls <= config.budget for r in result.runs)
+    assert all(check.ok for check in result.checks), [c for c in result.checks if not c.ok]
+    # Every later run found the baseline's dev scores in the shared cache, and paid for them.
+    assert all(r.foreign_calls > 0 for r in result.runs[1:])
+    # A run inside the comparison spent exactly what it spends alone with a private cache.
+    sh1 = result.runs[3]
+    solo = run_optimization(config.model_copy(update={"optimizer": "sh", "seed": 1, "optimizer_options": {"eta": 3},
+                                                      "runs_dir": str(tmp_path / "solo")}),
+                            backend=oracle_for(config))
+    assert (solo.search_ledger.calls, solo.search_ledger.tokens) == (sh1.search.calls, sh1.search.tokens)
+    assert solo.outcome.best.spec == sh1.best
+    report = (result.run_dir / "report.md").read_text()
+    for needle in ("## Held-out test accuracy", "Benjamini–Hochberg", "## Leading arms head to head",
+                   "![anytime curves](anytime.png)", "## Fairness", "no search-time model request quoted"):
+        assert needle in report
+    assert (result.run_dir / "anytime.png").stat().st_size > 10_000
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert [a["arm"] for a in summary["arms"]] == ["random", "sh"]
+    assert all(len(r.test_correct) == config.test_size for r in result.runs)
+
+
+def test_the_watch_flags_a_prompt_that_quotes_a_test_example(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    task = task_of(config)
+    watch = LeakWatch(oracle_for(config), task)
+    test_text, train_text = task.splits["test"][0].fields["text"], task.splits["train"][0].fields["text"]
+    watch.score([ScoreRequest(f"Input: {train_text}\nAnswer:", ("red",)),
+                 ScoreRequest(f"Input: {test_text}\nAnswer:", ("red",))])
+    assert watch.flags == [False, True] and watch.leaks(0, 1) == 0 and watch.leaks(0, 2) == 1
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_compare_commands(parser.add_subparsers(dest="command"))
+    return parser.parse_args(["compare", *argv])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--optimizers", "random,nope"], "unknown optimizer 'nope'"),
+    (["--optimizers", "random,random"], "listed twice"),
+    (["--optimizers", "random,dspy-copro"], "dspy-copro is not offered: COPRO draws"),
+    (["--optimizers", "random", "--option", "sh.eta=3"], "not compared: sh"),
+    (["--optimizers", "random", "--option", "eta=3"], "OPTIMIZER.KEY=VALUE"),
+    (["--seeds", "0"], "--seeds must be at least 1"),
+])
+def test_bad_compare_input_is_one_user_error(tmp_path: Path, argv: list[str], message: str) -> None:
+    args = _parse(["--task", str(colours_task_file(tmp_path)), "--runs-dir", str(tmp_path), *argv])
+    with pytest.raises(UserError, match=message):
+        args.handler(args)
+
+
+def test_options_are_grouped_by_optimizer() -> None:
+    assert parse_options(["sh.eta=3", "dspy-mipro.num_trials=8", "cople.synonyms=none"]) == {
+        "sh": {"eta": 3}, "cople": {"synonyms": "none"}, "dspy-mipro": {"num_trials": 8}}

@@ -1,0 +1,243 @@
+"""The openai backend against a real llama.cpp server, and its retry/routing logic against tiny
+fake servers (stdlib http.server in threads) that fail on command."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Iterator
+
+import pytest
+
+from prompttune.backends.base import GenerateRequest, ScoreRequest
+from prompttune.backends.factory import build_backend
+from prompttune.backends.openai_backend import OpenAIBackend
+from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
+from prompttune.errors import UserError
+from prompttune.search_spaces import default_space, render
+from prompttune.search_spaces.prompt import Prompt
+from prompttune.tasks import SplitSizes, load_task
+from tests.llama_server import free_port, llama_server  # noqa: F401  (session fixture)
+
+
+class FakeServer:
+    """OpenAI-style completions where every character is a token with log-prob -1; answers the
+    next completions with the statuses queued in `failures` first, each after `delay` seconds."""
+
+    def __init__(self, delay: float = 0.0, port: int = 0, echo: bool = True) -> None:
+        self.echo = echo
+        self.failures: list[int] = []
+        self.completions = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.delay = delay
+        self._lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def answer(self, body: dict) -> tuple[int, dict]:
+        with self._lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            status = self.failures.pop(0) if self.failures else 200
+        time.sleep(self.delay)
+        with self._lock:
+            self.in_flight -= 1
+            self.completions += status == 200
+        if status == 200 and body.get("echo") and not self.echo:
+            status = 400
+        if status != 200:
+            return status, {"error": {"message": "busy\nsecond line"}}
+        prompt, completion = body["prompt"], "x" * body["max_tokens"]
+        text = prompt + completion if body.get("echo") else completion
+        start = len(prompt) + len(completion) - len(text)  # offsets count from the prompt's start
+        logprobs = {"tokens": list(text), "text_offset": list(range(start, start + len(text))),
+                    "token_logprobs": [None if start + i == 0 else -1.0 for i in range(len(text))],
+                    "top_logprobs": [{" ": -1.0, "x": -1.0, "xy": -3.0}] * len(text)}
+        return 200, {"choices": [{"text": text, "logprobs": logprobs}],
+                     "usage": {"prompt_tokens": len(prompt), "completion_tokens": body["max_tokens"]}}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                if status == 429:
+                    self.send_header("Retry-After", "0")
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send(200, {"data": [{"id": "fake"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                self._send(*fake.answer(body))
+
+        return Handler
+
+
+@pytest.fixture
+def fakes() -> Iterator[list[FakeServer]]:
+    servers: list[FakeServer] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def _backend(urls: list[str], concurrency: int = 8, retries: int = 4) -> OpenAIBackend:
+    """Fast back-off and quarantine, so retry tests take milliseconds."""
+    return OpenAIBackend(urls, "fake", concurrency=concurrency, retries=retries, backoff_base=0.01,
+                         quarantine_base=0.2)
+
+
+def test_503_twice_then_ok_is_one_call_with_two_retries(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer())
+    backend = _backend([fakes[0].url])
+    assert backend.mode == "echo" and backend.model_id == "openai:fake|echo"
+    fakes[0].failures = [503, 503]
+    [result] = backend.score([ScoreRequest("ab", ("cd",))])
+    assert result.logprobs == (-2.0,) and result.completion_tokens == 2
+    stats = backend.stats[fakes[0].url]
+    assert (stats.requests, stats.retries, stats.failures) == (1, 2, 0)
+    backend.close()
+
+
+def test_429_is_retried_and_exhausted_retries_are_one_clear_error(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer())
+    backend = _backend([fakes[0].url], retries=2)
+    fakes[0].failures = [429]
+    assert backend.generate([GenerateRequest("hi", 3)])[0].text == "xxx"
+    assert backend.stats[fakes[0].url].retries == 1
+    fakes[0].failures = [429, 503, 500]
+    with pytest.raises(UserError, match=r"giving up after 2 retries \(HTTP 500: busy\)$"):
+        backend.generate([GenerateRequest("hi", 3)])
+    stats = backend.stats[fakes[0].url]
+    assert (stats.requests, stats.retries, stats.failures) == (1, 3, 1)
+    fakes[0].failures = [400]
+    with pytest.raises(UserError, match="HTTP 400"):
+        backend.generate([GenerateRequest("hi", 3)])
+    assert backend.stats[fakes[0].url].retries == 3
+    backend.close()
+
+
+def test_without_echo_labels_are_walked_through_top_logprobs(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer(echo=False))
+    backend = _backend([fakes[0].url])
+    assert backend.mode == "top_logprobs" and backend.model_id == "openai:fake|top_logprobs"
+    [result] = backend.score([ScoreRequest("ab", (" x", " xyz", "q"))])
+    # " x" = " " + "x"; " xyz" = " " + "xy" (the longest piece) + "z", which is not in the top
+    # list: a floor below its smallest entry; "q" gets that floor at once
+    floor = -3.0 - math.log(2.0)
+    assert result.logprobs == pytest.approx((-2.0, -4.0 + floor, floor))
+    assert result.completion_tokens == 4
+    assert backend.stats[fakes[0].url].requests == 3  # after "", " " and " xy", each asked once
+    backend.close()
+
+
+def test_unreachable_server_at_start_up_is_a_user_error_naming_it() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    config = SimpleNamespace(backend="openai", base_url=[url], model="x", dtype="auto", device="cpu",
+                             batch_size=1, tokenizer=None)
+    with pytest.raises(UserError, match=f"cannot reach .* at {url} "):
+        build_backend(config)
+
+
+def test_least_loaded_routing_and_concurrency_limit(fakes: list[FakeServer]) -> None:
+    fakes += [FakeServer(delay=0.3), FakeServer()]
+    slow, fast = fakes
+    backend = _backend([slow.url, fast.url], concurrency=2)
+    results = backend.score([ScoreRequest(f"q{i}", ("a",)) for i in range(20)])
+    assert all(r.logprobs == (-1.0,) for r in results)
+    stats = backend.stats
+    assert stats[slow.url].requests + stats[fast.url].requests == 20
+    assert 1 <= stats[slow.url].requests and stats[fast.url].requests > 3 * stats[slow.url].requests
+    assert slow.max_in_flight <= 2 and fast.max_in_flight <= 2
+    backend.close()
+
+
+def test_dead_server_is_quarantined_and_readmitted_when_healthy(fakes: list[FakeServer]) -> None:
+    fakes += [FakeServer(), FakeServer()]
+    backend = _backend([fakes[0].url, fakes[1].url])
+    dead_url, port = fakes[0].url, fakes[0].httpd.server_address[1]
+    fakes[0].stop()
+    assert len(backend.score([ScoreRequest(f"q{i}", ("a",)) for i in range(6)])) == 6
+    stats = backend.stats
+    assert stats[dead_url].quarantines == 1 and stats[dead_url].retries >= 1
+    assert stats[dead_url].requests == 0 and stats[fakes[1].url].requests == 6
+    fakes[0] = FakeServer(port=port)  # back up on the same address
+    time.sleep(1.0)  # past the quarantine back-off (0.2 s, doubled per failed health check)
+    backend.score([ScoreRequest(f"r{i}", ("a",)) for i in range(6)])
+    assert backend.stats[dead_url].requests >= 1 and fakes[0].completions >= 1
+    backend.close()
+
+
+# --- the real llama.cpp server on the embedded model -------------------------------------------
+
+@pytest.fixture
+def agnews_prompts(data_dir: Path) -> list[Prompt]:
+    task = load_task("agnews", str(data_dir), SplitSizes(10, 10, 30))
+    spec = default_space(task).default_candidate().spec
+    return [render(spec, ex, []) for ex in task.splits["test"]]
+
+
+@pytest.fixture(scope="module")
+def reference() -> TransformersBackend:
+    return TransformersBackend(dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def served(llama_server: str) -> Iterator[OpenAIBackend]:  # noqa: F811
+    config = SimpleNamespace(backend="openai", base_url=[llama_server], model=EMBEDDED_MODEL,
+                             dtype="auto", device="cpu", batch_size=32, concurrency=4)
+    backend = build_backend(config)
+    assert isinstance(backend, OpenAIBackend)
+    yield backend
+    backend.close()
+
+
+def test_llama_server_scores_labels_like_the_transformers_backend(
+        served: OpenAIBackend, reference: TransformersBackend, agnews_prompts: list[Prompt]) -> None:
+    assert served.mode == "top_logprobs", served.describe()  # llama-cpp-python shifts echo by one
+    requests = [ScoreRequest(served.to_text(p), p.label_continuations) for p in agnews_prompts]
+    got, want = served.score(requests), reference.score(requests)
+    assert all(len(g.logprobs) == len(r.continuations) for g, r in zip(got, requests))
+    assert all(math.isfinite(x) and x < 0 for g in got for x in g.logprobs)
+    agree = sum(max(range(len(g.logprobs)), key=g.logprobs.__getitem__)
+                == max(range(len(w.logprobs)), key=w.logprobs.__getitem__) for g, w in zip(got, want))
+    assert agree >= 0.9 * len(requests), f"{agree}/{len(requests)} argmax agreement"
+    assert served.stats[served.pool.servers[0].url].retries == 0
+
+
+def test_llama_server_generates_and_renders_chat_like_transformers(
+        served: OpenAIBackend, reference: TransformersBackend) -> None:
+    chat = Prompt(messages=(("user", "Name a colour."),), assistant_prefix="Colour:")
+    assert served.to_text(chat) == reference.to_text(chat)
+    [out] = served.generate([GenerateRequest(served.to_text(chat), 8)])
+    assert out.text.strip() and 1 <= out.completion_tokens <= 8
+    assert len(out.token_logprobs) == out.completion_tokens and out.prompt_tokens > 5
+    # The likeliest next token ends the text, so llama.cpp returns no completion log-probs; the
+    # backend falls back to the (shifted) echo for them.
+    ended = "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\nOK."
+    stats = served.stats[served.pool.servers[0].url]
+    before = stats.requests
+    [result] = served.score([ScoreRequest(ended, ("\n", " Yes"))])
+    assert all(math.isfinite(x) and x < 0 for x in result.logprobs)
+    assert stats.requests - before == 2  # the next-token request, then the echo
