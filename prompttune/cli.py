@@ -68,9 +68,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, sample=args.sample,
         split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
         posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, budget=args.budget,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, model=args.model, dtype=args.dtype,
-        device=args.device, batch_size=args.batch_size, train_size=args.train_size, dev_size=args.dev_size,
-        test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache)
+        max_new_tokens=args.max_new_tokens, seed=args.seed, train_size=args.train_size, dev_size=args.dev_size,
+        test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = run_evaluation(config)
     first = result.settings[0].summary
     print(f"{len(result.prompts)} prompts on {len(result.example_ids)} {config.split} examples: "

@@ -37,7 +37,7 @@ class RunConfig(BackendConfig):
     budget_tokens: int | None = Field(None, gt=0, description="optional cap on search-time tokens")
     seed: int = Field(0, description="optimizer seed (sampling, proposals)")
     split_seed: int = Field(0, description="seed of the train/dev/test draw; fixed across compared arms")
-    scoring: Literal["logit", "generate"] = "logit"
+    scoring: Literal["logit", "generate", "calibrated"] = "logit"
     objective: str = "accuracy"
     alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every accept decision")
     proposer_model: str | None = Field(None, description="model that writes instructions; default: the task model")

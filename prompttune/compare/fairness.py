@@ -21,8 +21,7 @@ from prompttune.tasks.base import Task
 if TYPE_CHECKING:
     from prompttune.compare.arms import ArmRun
 
-PROBE = 40  # characters of a test text looked for; long enough not to match by chance
-KEY = 12
+KEY = 12  # characters that index a test text; shorter texts are too common to watch for
 
 
 def _texts(examples: Iterable) -> set[str]:
@@ -46,8 +45,7 @@ class LeakWatch(Backend):
         self.watched = len(test) - len(duplicated)
         self._probes: dict[str, list[str]] = {}
         for text in test - duplicated:
-            probe = text[:PROBE]
-            self._probes.setdefault(probe[:KEY], []).append(probe)
+            self._probes.setdefault(text[:KEY], []).append(text)
         self.flags: list[bool] = []
 
     def _quotes_test(self, text: str) -> bool:

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
-from prompttune.config import RunConfig
+from prompttune.config import BackendConfig, RunConfig
 from prompttune.errors import BudgetExhausted, UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
@@ -37,10 +37,8 @@ from prompttune.tasks import SplitSizes, Task, load_task
 SINGLE_PROMPT_SCORINGS = ("logit", "generate", "calibrated")
 
 
-class EvaluateConfig(BaseModel):
+class EvaluateConfig(BackendConfig):
     """Everything `evaluate` was asked to do (saved verbatim to config.json)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     task: str = "agnews"
     data_dir: str | None = None
@@ -57,10 +55,6 @@ class EvaluateConfig(BaseModel):
     budget: int | None = Field(None, gt=0, description="optional hard cap on model calls")
     max_new_tokens: int = Field(16, gt=0, description="generation length (generate scoring, POSIX)")
     seed: int = 0
-    model: str = "embedded:smollm2-135m-instruct"
-    dtype: Literal["auto", "bf16", "fp32"] = "auto"
-    device: str = "cpu"
-    batch_size: int = Field(32, gt=0)
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)
     test_size: int = Field(1000, gt=0)
@@ -69,9 +63,8 @@ class EvaluateConfig(BaseModel):
 
     def run_config(self) -> RunConfig:
         """The settings shared with `optimize` (model, run directory naming)."""
-        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, model=self.model,
-                         dtype=self.dtype, device=self.device, batch_size=self.batch_size,
-                         runs_dir=self.runs_dir)
+        backend = {name: getattr(self, name) for name in BackendConfig.model_fields}
+        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, runs_dir=self.runs_dir, **backend)
 
     def settings(self) -> list[str]:
         """The scorings compared: `scoring`, plus calibrated (or raw logit) with --calibrate."""
