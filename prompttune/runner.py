@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
+from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -66,9 +67,11 @@ class RunResult:
 
 
 def run_optimization(config: RunConfig, backend: Backend | None = None, console: Console | None = None,
-                     cache: ResultCache | None = None) -> RunResult:
+                     cache: ResultCache | None = None,
+                     cache_view: Callable[[BudgetLedger], ResultCache] | None = None) -> RunResult:
     """One search and its held-out verdict. A given `cache` is used as is and left open (compare
-    shares one across arms); otherwise `config.cache` or the run directory's cache is opened."""
+    shares one across arms); otherwise `config.cache` or the run directory's cache is opened.
+    `cache_view(ledger)` lets compare give each ledger its own metered view of a shared cache."""
     started = time.time()
     console = console or Console(stderr=True)
     task = load_task(config.task, config.data_dir,
@@ -92,7 +95,11 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     space = space.bind(visible.splits["train"])
     seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
     search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-    evaluator = Evaluator(backend, seen_examples, train, cache, search_ledger, scoring=config.scoring)
+    def cache_for(ledger: BudgetLedger) -> ResultCache:
+        return cache_view(ledger) if cache_view else cache
+
+    evaluator = Evaluator(backend, seen_examples, train, cache_for(search_ledger), search_ledger,
+                          scoring=config.scoring)
     context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
                             config.objective, config.seed, config.budget, dict(config.optimizer_options),
                             AcceptRule(alpha=config.alpha))
@@ -120,7 +127,8 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
 
     test = task.splits["test"]
     confirm_ledger = BudgetLedger()
-    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache, confirm_ledger,
+    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_for(confirm_ledger),
+                               confirm_ledger,
                                scoring=config.scoring)
     console.print(f"confirming baseline and best on {len(test)} held-out test examples…")
     confirmation = confirm(baseline, outcome.best, test_evaluator, [e.id for e in test], config.seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 from prompttune.search_spaces.prompt import Prompt
 
@@ -53,3 +54,11 @@ class Backend(ABC):
     @abstractmethod
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         """Greedy decoding; one result per request, same order."""
+
+
+def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
+    """Plain text as is; chat messages through the model's own chat template, then the answer prefix."""
+    if prompt.messages is None:
+        return prompt.text or ""
+    messages = [{"role": role, "content": content} for role, content in prompt.messages]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prompt.assistant_prefix

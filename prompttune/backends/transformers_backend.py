@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult)
+                                      ScoreResult, apply_chat_template)
 from prompttune.errors import UserError
 from prompttune.search_spaces.prompt import Prompt
 
@@ -81,11 +81,7 @@ class TransformersBackend(Backend):
         self.model_id = f"{model}|{torch_dtype}".replace("torch.", "")
 
     def to_text(self, prompt: Prompt) -> str:
-        if prompt.messages is None:
-            return prompt.text or ""
-        messages = [{"role": role, "content": content} for role, content in prompt.messages]
-        rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return rendered + prompt.assistant_prefix
+        return apply_chat_template(self.tokenizer, prompt)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult)
+                                      ScoreResult, apply_chat_template)
 from prompttune.errors import UserError
 from prompttune.search_spaces.prompt import Prompt
 
@@ -49,11 +49,7 @@ class VLLMBackend(Backend):
         self.model_id = f"vllm:{model}|{dtype}"
 
     def to_text(self, prompt: Prompt) -> str:
-        if prompt.messages is None:
-            return prompt.text or ""
-        messages = [{"role": role, "content": content} for role, content in prompt.messages]
-        rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return rendered + prompt.assistant_prefix
+        return apply_chat_template(self.tokenizer, prompt)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids

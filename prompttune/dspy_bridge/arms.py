@@ -37,7 +37,7 @@ from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.storage import JsonlStorage
 
 MIPRO_MODES = (("heavy", 18), ("medium", 12), ("light", 6))  # DSPy's auto modes: candidates per mode
-PROPOSAL_CALLS = 13  # MIPROv2's dataset summary (≤ 11 calls) and program/module descriptions (2)
+SUMMARY_CALLS = 11  # MIPROv2's dataset summary: at most 10 observation calls and one summary
 
 
 def exact_label(example: dspy.Example, prediction: dspy.Prediction, trace: Any = None) -> bool:
@@ -64,11 +64,16 @@ def mipro_plan(lm: dspy.LM, cap: int, n_dev: int, seed: int, options: dict[str, 
     steps = int(options.get("minibatch_full_eval_steps", 5))
     minibatch = batch < n_dev
 
+    # The program-aware proposer shows the proposer DSPy's own module source, thousands of tokens
+    # per call: a fixed two calls on the ledger, but minutes of compute for a small local model.
+    program_aware = bool(options.get("program_aware_proposer", False))
+
     def cost(n: int, trials: int) -> int:
         bootstrap = max(n - 2, 0) * 2 * demos  # a bootstrapped set needs about 2 tries per kept demo
+        proposals = SUMMARY_CALLS + 2 * program_aware + n
         per_trial = batch if minibatch else n_dev
         full_evals = trials // steps + 1 if minibatch else 0
-        return bootstrap + PROPOSAL_CALLS + n + n_dev + trials * per_trial + full_evals * n_dev
+        return bootstrap + proposals + n_dev + trials * per_trial + full_evals * n_dev
 
     def fill(n: int) -> int:
         trials = 0
@@ -86,11 +91,12 @@ def mipro_plan(lm: dspy.LM, cap: int, n_dev: int, seed: int, options: dict[str, 
                              max_bootstrapped_demos=demos, max_labeled_demos=demos, num_threads=1, seed=seed,
                              verbose=False)
     kwargs = {"num_trials": trials, "minibatch": minibatch, "minibatch_size": batch,
-              "minibatch_full_eval_steps": steps}
+              "minibatch_full_eval_steps": steps, "program_aware_proposer": program_aware}
     return Plan(optimizer, kwargs, (
         f"MIPROv2 (auto=None, mapped from mode '{mode}'): num_candidates={n}, num_trials={trials} "
         f"(DSPy recommends {_recommended_trials(n)}), minibatch={minibatch} of {batch}, full eval every "
-        f"{steps} trials, ≤ {demos} bootstrapped + {demos} labeled demos, whole dev split as valset; "
+        f"{steps} trials, ≤ {demos} bootstrapped + {demos} labeled demos, whole dev split as valset, "
+        f"program-aware proposer {'on' if program_aware else 'off (its prompts hold DSPy source code)'}; "
         f"estimated {cost(n, trials)} calls for a cap of {cap}."))
 
 

@@ -75,6 +75,11 @@ class Optimizer(ABC):
         value = self.context.options.get(key, default)
         return type(default)(value) if default is not None and value is not None else value
 
+    def example_text(self, example_id: str, limit: int = 300) -> str:
+        """A train example's input text, for proposer and critic prompts."""
+        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
+        return " ".join(example.fields.values())[:limit]
+
     def remaining_budget(self) -> int | None:
         """Calls left under the cap (the proposer shares the search ledger); None = no cap."""
         return self.proposer.ledger.remaining_calls() if self.proposer else None

@@ -69,7 +69,7 @@ class Mipro(Optimizer):
         base = self.baseline.spec
         labels = ", ".join(base.label_words)
         examples = [self.memo[self.baseline.id][i] for i in self.pool_ids[:4]]
-        shown = "\n".join(f"- {self._text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
+        shown = "\n".join(f"- {self.example_text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
         summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
                                 "Describe in one sentence what task these examples come from.")
         pool = [base.instruction] if base.instruction else []
@@ -83,10 +83,6 @@ class Mipro(Optimizer):
             if valid_instruction(text, base.label_words, base.instruction) and text not in pool:
                 pool.append(text)
         return pool or [base.instruction]
-
-    def _text(self, example_id: str) -> str:
-        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
-        return " ".join(example.fields.values())[:300]
 
     # -- ask / tell ---------------------------------------------------------------------------
     def _minibatch(self) -> tuple[str, ...]:

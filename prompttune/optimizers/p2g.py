@@ -76,19 +76,15 @@ class SplitErrorCritique(IncumbentSearch):
         if self.representatives == "kmeans" and len(errors) > self.shown:
             from prompttune.optimizers.embeddings import kmeans_representatives
 
-            texts = [self._text(r.example_id) for r in errors]
+            texts = [self.example_text(r.example_id) for r in errors]
             return [errors[i] for i in kmeans_representatives(texts, self.shown, self.context.seed)]
         picks = self.rng.choice(len(errors), size=min(self.shown, len(errors)), replace=False)
         return [errors[int(i)] for i in np.sort(picks)]
 
-    def _text(self, example_id: str) -> str:
-        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
-        return " ".join(example.fields.values())[:300]
-
     def _critique(self, direction: Direction) -> str:
         words = self.incumbent.spec.label_words
         c, other = words[direction.label], words[direction.other] if direction.other >= 0 else "no label"
-        shown = "\n".join(f"- {self._text(r.example_id)}" for r in self._pick(direction.errors))
+        shown = "\n".join(f"- {self.example_text(r.example_id)}" for r in self._pick(direction.errors))
         if direction.kind == "fp":
             ask = (f"The instruction labels these texts as '{c}', but they are really '{other}':\n{shown}\n"
                    f"In one sentence, say how to make the instruction stricter about '{c}'.")
