@@ -44,8 +44,13 @@ def load_space(config: RunConfig, task: Task) -> SearchSpace:
 
 
 def make_run_dir(config: RunConfig, task_name: str) -> Path:
+    return new_run_dir(config.runs_dir, f"{task_name}-{config.optimizer}-s{config.seed}")
+
+
+def new_run_dir(runs_dir: str, label: str) -> Path:
+    """`runs_dir/<UTC timestamp>-<label>`, suffixed when two runs start in the same second."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(config.runs_dir) / f"{stamp}-{task_name}-{config.optimizer}-s{config.seed}"
+    path = Path(runs_dir) / f"{stamp}-{label}"
     suffix = 1
     while path.exists():
         path = path.with_name(f"{path.name}-{suffix}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +44,9 @@ class Comparison:
 
 
 def _make_dir(runs_dir: str, task_name: str) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(runs_dir) / f"{stamp}-{task_name}-compare"
-    suffix = 1
-    while path.exists():
-        path = path.with_name(f"{path.name}-{suffix}")
-        suffix += 1
-    path.mkdir(parents=True)
-    return path
+    from prompttune.runner import new_run_dir
+
+    return new_run_dir(runs_dir, f"{task_name}-compare")
 
 
 def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
