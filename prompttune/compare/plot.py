@@ -23,7 +23,8 @@ def _steps(anytime: list[tuple[int, float]], spent: int, grid: np.ndarray) -> np
 
 
 def plot_anytime(runs: list[ArmRun], arms: list[str], cap: int, path: Path) -> None:
-    """Thin lines per seed, a thick line for the mean over seeds where every seed has a value."""
+    """Thin lines per seed, a thick line for the mean over seeds where every seed has a value,
+    and a dot where each run last improved or named its final choice."""
     grid = np.linspace(0, cap, 400)
     fig, ax = plt.subplots(figsize=(8, 4.8))
     styles = ("-", "--", "-.", ":")
@@ -34,10 +35,12 @@ def plot_anytime(runs: list[ArmRun], arms: list[str], cap: int, path: Path) -> N
         if curves:  # styles differ too, so arms with equal curves stay visible
             ax.step(grid, np.mean(curves, axis=0), where="post", color=colour, linewidth=2,
                     linestyle=styles[i % len(styles)], label=arm)
+        ends = [r.anytime[-1] for r in runs if r.arm == arm and r.anytime]
+        ax.scatter([c for c, _ in ends], [v for _, v in ends], color=colour, s=18, zorder=3)
     ax.axvline(cap, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("search calls spent")
     ax.set_ylabel("best-so-far dev score")
-    ax.set_title("Anytime performance (mean over seeds; thin: single seeds)")
+    ax.set_title("Anytime performance (mean over seeds; thin: single seeds; dots: last update)")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()

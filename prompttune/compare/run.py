@@ -26,7 +26,7 @@ from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.runner import build_backend, load_space
+from prompttune.runner import build_backend, load_space, new_run_dir
 from prompttune.tasks import SplitSizes, load_task
 
 
@@ -41,12 +41,6 @@ class Comparison:
     pairs: list[PairTest]
     checks: list[Check]
     wall_seconds: float
-
-
-def _make_dir(runs_dir: str, task_name: str) -> Path:
-    from prompttune.runner import new_run_dir
-
-    return new_run_dir(runs_dir, f"{task_name}-compare")
 
 
 def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
@@ -76,7 +70,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
                         f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
     space = load_space(config, task).bind(task.splits["train"])
-    run_dir = _make_dir(config.runs_dir, task.name)
+    run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
         {"run": config.model_dump(), "optimizers": arms, "seeds": seeds, "options": options}, indent=2))
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
