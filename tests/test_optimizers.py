@@ -98,6 +98,31 @@ def test_p2g_critiques_fp_and_fn_apart_and_accepts_a_real_gain(seed: int) -> Non
     assert "Pick the colour" in run.outcome.best.spec.instruction
 
 
+def test_p2g_keeps_searching_after_a_barren_expansion() -> None:
+    """The first expansion yields only unusable edits; the next minibatch is critiqued again."""
+    edits = [0]
+
+    def propose(text: str) -> str:
+        if "In one sentence" in text:
+            return "Mention the colour list explicitly."
+        edits[0] += 1
+        return "ok" if edits[0] <= 4 else "Pick the colour ({labels})."
+    run = run_oracle("p2g", 3000, proposals=propose, options={"directions": 2, "edits": 2})
+    assert run.optimizer.expansions >= 2 and edits[0] > 4
+    assert "Pick the colour" in run.outcome.best.spec.instruction
+
+
+def test_proposals_are_checked_and_keep_the_label_set() -> None:
+    from prompttune.optimizers.proposer import LABEL_CLAUSE, checked_instruction
+
+    words = ["red", "green", "blue"]
+    assert checked_instruction("ok", words) is None
+    assert checked_instruction("Instruction: Name the colour: {labels}.", words) == "Name the colour: {labels}."
+    assert checked_instruction("Is it red, green or blue?", words) == "Is it red, green or blue?"
+    assert checked_instruction("Name the colour of the item.", words) == "Name the colour of the item." + LABEL_CLAUSE
+    assert checked_instruction("word " * 200, words) is None
+
+
 def test_p2g_error_directions_keep_fp_and_fn_separate() -> None:
     from prompttune.evaluation.evaluator import Record
     from prompttune.optimizers.p2g import error_directions

@@ -19,7 +19,7 @@ import numpy as np
 from prompttune.errors import UserError
 from prompttune.evaluation.evaluator import Record
 from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import clean_instruction, valid_instruction
+from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 from prompttune.search_spaces.synonyms import synonym_source
 
@@ -167,10 +167,11 @@ class CoordinateWordSearch(IncumbentSearch):
 
     def _queue_rewrite(self) -> None:
         spec = self.incumbent.spec
-        text = clean_instruction(self.proposer(
+        text = checked_instruction(self.proposer(
             f"Instruction: {spec.instruction}\nRewrite this instruction in different words with the same "
-            f"meaning. Keep the answer options {', '.join(spec.label_words)}.\nRewritten instruction:"))
-        if valid_instruction(text, spec.label_words, spec.instruction):
+            f"meaning. Keep the answer options {', '.join(spec.label_words)}.\nRewritten instruction:"),
+            spec.label_words)
+        if text is not None:
             self.queue = [(-1, spec_candidate(spec.with_updates(instruction=text), "cople-rewrite"))]
 
     def on_accept(self, candidate: Candidate) -> None:

@@ -16,7 +16,7 @@ import optuna
 
 from prompttune.evaluation.evaluator import Record
 from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept, spec_candidate
-from prompttune.optimizers.proposer import clean_instruction, valid_instruction
+from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 
 STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
@@ -77,10 +77,11 @@ class Mipro(Optimizer):
             if len(pool) >= self.n_instructions:
                 break
             tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
-            text = clean_instruction(self.proposer(
+            text = checked_instruction(self.proposer(
                 f"Task: {summary.strip()}\nExamples:\n{shown}\nThe answer must be one of: {labels}.\n"
-                f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:"))
-            if valid_instruction(text, base.label_words, base.instruction) and text not in pool:
+                f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:"),
+                base.label_words)
+            if text is not None and text not in pool:
                 pool.append(text)
         return pool or [base.instruction]
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from prompttune.evaluation.evaluator import Record
 from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import clean_instruction, valid_instruction
+from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 
 
@@ -57,10 +57,13 @@ class SplitErrorCritique(IncumbentSearch):
         self.edits = self.option("edits", 2)
         self.shown = self.option("shown_errors", 3)
         self.max_depth = self.option("max_depth", 3)
+        self.patience = self.option("patience", 3)
         self.nodes_per_level = self.option("nodes_per_level", 4)
         self.representatives = self.option("representatives", "random")
         self.tried = {self.baseline.id}
-        self.depth = 0
+        self.depth = 0  # accepted edits on the path from the baseline
+        self.expansions = 0
+        self.barren = 0  # expansions since the last accepted edit
         self.queue: list[Candidate] = []
         self.critiques: list[str] = []
         self.done = False
@@ -68,7 +71,7 @@ class SplitErrorCritique(IncumbentSearch):
     def _minibatch(self) -> tuple[str, ...]:
         demos = set(self.incumbent.spec.demo_ids)
         pool = [i for i in self.context.train_ids if i not in demos]
-        start = (self.depth * self.minibatch_size) % max(1, len(pool) - self.minibatch_size + 1)
+        start = (self.expansions * self.minibatch_size) % max(1, len(pool) - self.minibatch_size + 1)
         return tuple(pool[start:start + self.minibatch_size])
 
     def _pick(self, errors: tuple[Record, ...]) -> list[Record]:
@@ -107,11 +110,11 @@ class SplitErrorCritique(IncumbentSearch):
             feedback = self._critique(direction).strip()
             self.critiques.append(f"{direction.kind.upper()} {spec.label_words[direction.label]}: {feedback}")
             for _ in range(self.edits):
-                text = clean_instruction(self.proposer(
+                text = checked_instruction(self.proposer(
                     f"Instruction: {self._instruction()}\nFeedback: {feedback}\nRewrite the instruction "
                     f"following the feedback. The answer must stay one of: {', '.join(spec.label_words)}.\n"
-                    "Improved instruction:"))
-                if valid_instruction(text, spec.label_words, spec.instruction):
+                    "Improved instruction:"), spec.label_words)
+                if text is not None:
                     child = spec_candidate(spec.with_updates(instruction=text), "p2g")
                     if child.id not in self.tried:
                         self.tried.add(child.id)
@@ -130,20 +133,24 @@ class SplitErrorCritique(IncumbentSearch):
             if self.queue:
                 self.challenge_with(self.queue.pop(0))
                 continue
-            if self.depth >= self.max_depth:
+            if self.depth >= self.max_depth or self.barren >= self.patience:
                 self.done = True
                 break
             if todo := self.missing(self.incumbent, self._minibatch()):
                 return TrialRequest(self.incumbent, todo, "train minibatch")
+            # A barren expansion (no valid edit, or none accepted) tries the next minibatch.
             self.queue = self._expand()
-            self.depth += 1
-            self.done = not self.queue
+            self.expansions += 1
+            self.barren += 1
         return self.baseline_topup()
 
     def on_accept(self, candidate: Candidate) -> None:
         self.queue = []  # expand the accepted node next (depth-first)
+        self.depth += 1
+        self.barren = 0
 
     def report_lines(self) -> list[str]:
-        return [f"P2G: depth {self.depth}, {len(self.accepted)} accepted edits; critiques "
+        return [f"P2G: depth {self.depth} after {self.expansions} expansions (stops at depth "
+                f"{self.max_depth} or {self.patience} expansions without an accepted edit); critiques "
                 f"(false positives and false negatives kept apart):",
                 *(f"- {c}" for c in self.critiques)]

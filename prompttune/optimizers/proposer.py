@@ -34,11 +34,17 @@ def clean_instruction(text: str) -> str:
     return ""
 
 
-def valid_instruction(text: str, label_words: Sequence[str], original: str) -> bool:
-    """Non-empty, keeps `{labels}` if the original had it, else still names every label word."""
+LABEL_CLAUSE = " Answer with one of: {labels}."
+
+
+def checked_instruction(text: str, label_words: Sequence[str]) -> str | None:
+    """The proposal if usable, else None: 3+ words, at most 600 characters, and it keeps the
+    label set — a proposal that names neither `{labels}` nor every label word gets the
+    `{labels}` clause appended, because small proposers drop placeholders yet write usable text."""
+    text = clean_instruction(text)
     if len(text.split()) < 3 or len(text) > 600:
-        return False
-    if "{labels}" in original:
-        return "{labels}" in text
+        return None
     lowered = text.lower()
-    return all(word.lower() in lowered for word in label_words) or "{labels}" in text
+    if "{labels}" in text or all(word.lower() in lowered for word in label_words):
+        return text
+    return text.rstrip() + LABEL_CLAUSE
