@@ -61,6 +61,15 @@ def test_spread_reports_best_worst_and_spread() -> None:
     assert "spread" in run.outcome.notes[0]
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_spread_scores_the_baseline_on_all_of_the_leaders_examples(seed: int) -> None:
+    """The final paired verdict then uses every example the leader saw, not the baseline's few pulls."""
+    run = run_oracle("spread", 1500, seed=seed, options={"formats": 12})
+    optimizer = run.optimizer
+    leader = optimizer.memo[optimizer.spread_summary()["best"].id]
+    assert len(leader) > optimizer.batch and set(leader) <= set(optimizer.memo[optimizer.baseline.id])
+
+
 def test_bfrs_builds_demo_programs_from_train_only() -> None:
     run = run_oracle("bfrs", 4000, accuracy=lambda text: 0.9 if text.count("item ") >= 3 else 0.5)
     train_ids = {e.id for e in run.task.splits["train"]}

@@ -182,8 +182,9 @@ class CoordinateWordSearch(IncumbentSearch):
 
     def report_lines(self) -> list[str]:
         share = (len(self.evaluated) - 1) / max(self.nominal, 1)
-        return [f"COPLE: {self.sweeps} sweeps over the top {self.top_m} of "
-                f"{len(content_words(self.baseline.spec.instruction))} instruction words (leave-one-out "
+        words = len(content_words(self.baseline.spec.instruction))
+        return [f"COPLE: {self.sweeps} sweep(s) over the {min(self.top_m, words)} most influential of "
+                f"{words} instruction words (leave-one-out "
                 f"influence on {len(self.proxy)} dev examples); {len(self.evaluated) - 1} word variants "
                 f"challenged, {len(self.accepted)} accepted; {share:.2%} of the nominal lexical space "
                 f"({self.nominal:,} combinations of the alternatives tried) was evaluated."]

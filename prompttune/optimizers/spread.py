@@ -3,7 +3,8 @@
 For sensitivity audits: within a budget it estimates how far apart the best and worst formats
 of a space are. Arms are sampled formats; each pull scores an arm on its next batch of examples
 from one shared order; Beta posteriors start from a prior centred on the baseline's accuracy.
-The first half of the budget maximises, the second half minimises.
+The first half of the budget maximises, the second half minimises. Between the two, the baseline
+is scored on the leader's examples, so the final paired verdict uses all of them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class FormatSpread(Optimizer):
         self.beta = np.ones(len(self.arms))
         self.pulls = np.zeros(len(self.arms), dtype=int)
         self.spent = 0
+        self.topped_up = False
 
     def _next_ids(self, arm: int) -> tuple[str, ...]:
         start = self.pulls[arm] * self.batch
@@ -49,6 +51,11 @@ class FormatSpread(Optimizer):
     def ask(self) -> TrialRequest | None:
         if self.pulls[0] == 0:
             return TrialRequest(self.baseline, self._next_ids(0), "baseline")
+        if self.phase == "minimise" and not self.topped_up:
+            self.topped_up = True
+            leader = self.arms[self._extremes()[0]]
+            if todo := self.missing(self.baseline, [i for i in self.context.dev_ids if i in self.memo[leader.id]]):
+                return TrialRequest(self.baseline, todo, "baseline top-up")
         open_arms = [i for i in range(len(self.arms)) if self._next_ids(i)]
         if not open_arms:
             return None
@@ -66,7 +73,7 @@ class FormatSpread(Optimizer):
             self.beta[:] = 1 + (1 - rate) * self.prior_strength
         self.alpha[arm] += wins
         self.beta[arm] += len(records) - wins
-        self.pulls[arm] += 1
+        self.pulls[arm] += -(-len(records) // self.batch)  # a top-up spans several batches
         self.spent += len(records)
         return {"phase": request.purpose, "posterior_mean": round(self._means()[arm], 4)}
 
