@@ -107,7 +107,7 @@ class SplitErrorCritique(IncumbentSearch):
         spec = self.incumbent.spec
         children: dict[str, Candidate] = {}
         for direction in directions:
-            feedback = self._critique(direction).strip()
+            feedback = " ".join(self._critique(direction).split())  # one line in the report
             self.critiques.append(f"{direction.kind.upper()} {spec.label_words[direction.label]}: {feedback}")
             for _ in range(self.edits):
                 text = checked_instruction(self.proposer(
