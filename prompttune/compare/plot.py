@@ -25,7 +25,8 @@ def _steps(anytime: list[tuple[int, float]], spent: int, grid: np.ndarray) -> np
 def plot_anytime(runs: list[ArmRun], arms: list[str], cap: int, path: Path) -> None:
     """Thin lines per seed, a thick line for the mean over seeds where every seed has a value,
     and a dot where each run last improved or named its final choice."""
-    grid = np.linspace(0, cap, 400)
+    # Every run's own call counts join the grid, so a last-call update shows on the curves too.
+    grid = np.unique(np.concatenate([np.linspace(0, cap, 400), [c for r in runs for c, _ in r.anytime]]))
     fig, ax = plt.subplots(figsize=(8, 4.8))
     styles = ("-", "--", "-.", ":")
     for i, (colour, arm) in enumerate(zip(plt.cm.tab10.colors, arms)):
