@@ -148,6 +148,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     (["--optimizers", "random", "--option", "sh.eta=3"], "not compared: sh"),
     (["--optimizers", "random", "--option", "eta=3"], "OPTIMIZER.KEY=VALUE"),
     (["--seeds", "0"], "--seeds must be at least 1"),
+    (["--optimizers", "random", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--retries", "0",
+      "--timeout", "2", "--train-size", "20", "--dev-size", "20", "--test-size", "20"],
+     "cannot reach an OpenAI-compatible server"),  # backend options reach compare
 ])
 def test_bad_compare_input_is_one_user_error(tmp_path: Path, argv: list[str], message: str) -> None:
     args = _parse(["--task", str(colours_task_file(tmp_path)), "--runs-dir", str(tmp_path), *argv])

@@ -23,6 +23,7 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from prompttune.backends.factory import backend_options
     from prompttune.compare.run import run_compare
     from prompttune.config import RunConfig
 
@@ -33,10 +34,9 @@ def _compare(args: argparse.Namespace) -> int:
         raise UserError("--optimizers names no optimizer")
     config = RunConfig(
         task=args.task, data_dir=args.data_dir, space=args.space, budget=args.budget,
-        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, model=args.model,
-        dtype=args.dtype, device=args.device, batch_size=args.batch_size, scoring=args.scoring,
+        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
-        runs_dir=args.runs_dir, cache=args.cache)
+        runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option))
     failed = [check.claim for check in result.checks if not check.ok]
     if failed:
