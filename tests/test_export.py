@@ -13,7 +13,7 @@ import pytest
 from prompttune.errors import UserError
 from prompttune.export import add_export_command, export
 from prompttune.search_spaces import default_space
-from prompttune.search_spaces.prompt import render, select_demos
+from prompttune.search_spaces.prompt import render
 from tests.test_compare import oracle_config, task_of
 
 
