@@ -61,7 +61,6 @@ class SplitErrorCritique(IncumbentSearch):
         self.nodes_per_level = self.option("nodes_per_level", 4)
         self.representatives = self.option("representatives", "random")
         self.tried = {self.baseline.id}
-        self.depth = 0  # accepted edits on the path from the baseline
         self.expansions = 0
         self.barren = 0  # expansions since the last accepted edit
         self.queue: list[Candidate] = []
@@ -133,7 +132,8 @@ class SplitErrorCritique(IncumbentSearch):
             if self.queue:
                 self.challenge_with(self.queue.pop(0))
                 continue
-            if self.depth >= self.max_depth or self.barren >= self.patience:
+            # Depth: accepted edits on the path from the baseline (each expands the new node).
+            if len(self.accepted) >= self.max_depth or self.barren >= self.patience:
                 self.done = True
                 break
             if todo := self.missing(self.incumbent, self._minibatch()):
@@ -146,11 +146,10 @@ class SplitErrorCritique(IncumbentSearch):
 
     def on_accept(self, candidate: Candidate) -> None:
         self.queue = []  # expand the accepted node next (depth-first)
-        self.depth += 1
         self.barren = 0
 
     def report_lines(self) -> list[str]:
-        return [f"P2G: depth {self.depth} after {self.expansions} expansions (stops at depth "
+        return [f"P2G: depth {len(self.accepted)} after {self.expansions} expansions (stops at depth "
                 f"{self.max_depth} or {self.patience} expansions without an accepted edit); critiques "
                 f"(false positives and false negatives kept apart):",
                 *(f"- {c}" for c in self.critiques)]
