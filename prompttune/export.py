@@ -21,7 +21,7 @@ from typing import Any
 from prompttune.config import RunConfig
 from prompttune.errors import UserError
 from prompttune.search_spaces.prompt import Prompt, PromptSpec, render
-from prompttune.tasks import SplitSizes, load_task
+from prompttune.runner import load_run_task
 from prompttune.tasks.base import Example
 
 FORMAT = "prompttune-prompt/1"
@@ -46,8 +46,7 @@ def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
     """The spec's demos, from the same train split the run drew (same data, sizes and split seed)."""
     if not spec.demo_ids:
         return []
-    task = load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+    task = load_run_task(config)
     train = {ex.id: ex for ex in task.splits["train"]}
     missing = [i for i in spec.demo_ids if i not in train]
     if missing:

@@ -35,6 +35,19 @@ def build_proposer_backend(config: RunConfig) -> Backend:
     return build_backend(config.model_copy(update={"model": config.proposer_model}))
 
 
+def load_run_task(config: RunConfig) -> Task:
+    """The task with the run's split sizes and split seed: the same splits for every reader."""
+    return load_task(config.task, config.data_dir,
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+
+
+def require_dev_budget(config: RunConfig, task: Task) -> None:
+    """A search must afford at least one full dev evaluation."""
+    if config.budget < len(task.splits["dev"]):
+        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
+                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+
+
 def load_space(config: RunConfig, task: Task) -> SearchSpace:
     if config.space is None:
         return default_space(task)
@@ -79,13 +92,10 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     `cache_view(ledger)` lets compare give each ledger its own metered view of a shared cache."""
     started = time.time()
     console = console or Console(stderr=True)
-    task = load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+    task = load_run_task(config)
     space = load_space(config, task)
     optimizer_cls = get_optimizer(config.optimizer)
-    if config.budget < len(task.splits["dev"]):
-        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
-                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+    require_dev_budget(config, task)
     own_backend = backend is None
     backend = backend or build_backend(config)
     if hasattr(backend, "describe"):

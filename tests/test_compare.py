@@ -20,9 +20,8 @@ from prompttune.errors import BudgetExhausted, UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.runner import run_optimization
+from prompttune.runner import load_run_task, run_optimization
 from prompttune.search_spaces import default_space
-from prompttune.tasks import SplitSizes, load_task
 from prompttune.tasks.base import Task
 from tests.test_evaluation import CountingBackend
 
@@ -45,8 +44,7 @@ def oracle_config(tmp_path: Path, **changes) -> RunConfig:
 
 
 def task_of(config: RunConfig) -> Task:
-    return load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+    return load_run_task(config)
 
 
 def oracle_for(config: RunConfig) -> CountingBackend:

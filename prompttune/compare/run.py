@@ -26,8 +26,7 @@ from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.runner import build_backend, load_space, new_run_dir
-from prompttune.tasks import SplitSizes, load_task
+from prompttune.runner import build_backend, load_run_task, load_space, new_run_dir, require_dev_budget
 
 
 @dataclass
@@ -64,11 +63,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     check_arms(arms)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
-    task = load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
-    if config.budget < len(task.splits["dev"]):
-        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
-                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+    task = load_run_task(config)
+    require_dev_budget(config, task)
     space = load_space(config, task).bind(task.splits["train"])
     run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
