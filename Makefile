@@ -1,7 +1,7 @@
 # Two entry points: `make optimize` (set up + main job) and `make test` (set up + tests).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-DATA   ?= ../shared/data
+DATA   ?= $(or $(PROMPTTUNE_DATA_DIR),../shared/data)
 BUDGET ?= 2000
 STAMP  := $(VENV)/.prompttune-installed
 
