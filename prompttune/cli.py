@@ -50,13 +50,14 @@ def _optimize(args: argparse.Namespace) -> int:
         task=args.task, data_dir=args.data_dir, space=args.space, optimizer=args.optimizer,
         optimizer_options=dict(_parse_option(o) for o in args.option), budget=args.budget,
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
-        scoring=args.scoring, objective=args.objective, alpha=args.alpha, proposer_model=args.proposer_model,
+        scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,
+        dev_alpha=args.dev_alpha, proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = run_optimization(config)
-    print(f"baseline test accuracy {result.confirmation.baseline_accuracy:.3f}, "
-          f"best {result.confirmation.best_accuracy:.3f}, "
-          f"McNemar p {result.confirmation.comparison.p_two_sided:.4g}, "
+    leader = result.verdict.leader_confirmation
+    print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
+          f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
           f"budget used {result.search_ledger.calls}/{config.budget}; report: {result.run_dir / 'report.md'}")
     return 0
 
@@ -115,7 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="accuracy, macro_f1, valid_rate or service_accuracy")
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="optimizer option (repeatable)")
-    opt.add_argument("--alpha", type=float, default=0.05, help="significance level of every accept decision")
+    opt.add_argument("--alpha", type=float, default=0.05,
+                     help="level of the one held-out test that decides what ships (default 0.05)")
+    opt.add_argument("--confirm-top", type=int, default=1, metavar="K",
+                     help="test the top K dev candidates on test with Holm over K (default 1)")
+    opt.add_argument("--dev-alpha", type=float, default=0.10,
+                     help="family-wise false-accept level of each sweep of dev challenges (cople, p2g)")
     opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
     opt.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw")
     opt.set_defaults(handler=_optimize)

@@ -39,7 +39,10 @@ class RunConfig(BackendConfig):
     split_seed: int = Field(0, description="seed of the train/dev/test draw; fixed across compared arms")
     scoring: Literal["logit", "generate", "calibrated"] = "logit"
     objective: str = "accuracy"
-    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every accept decision")
+    alpha: float = Field(0.05, gt=0, lt=1, description="level of the held-out test that decides what ships")
+    confirm_top: int = Field(1, gt=0, description="test the top K dev candidates on test, Holm over K")
+    dev_alpha: float = Field(0.10, gt=0, lt=1,
+                             description="family-wise false-accept level of one sweep of dev challenges")
     proposer_model: str | None = Field(None, description="model that writes instructions; default: the task model")
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)

@@ -16,22 +16,6 @@ if TYPE_CHECKING:
     from prompttune.search_spaces.space import Candidate, SearchSpace
     from prompttune.tasks.base import Task
 
-ALPHA = 0.05
-
-
-def verdict(result: "RunResult") -> str:
-    c = result.confirmation
-    if result.outcome.best.id == result.baseline.id:
-        return ("baseline kept: no candidate beat it on dev under the paired accept rule, "
-                "so there is no gain to confirm")
-    if c.comparison.b + c.comparison.c == 0:
-        return "no change on test: the selected prompt behaves like the baseline"
-    if c.gain > 0 and c.comparison.p_two_sided < ALPHA:
-        return f"confirmed: the gain survives the held-out test (exact McNemar p < {ALPHA})"
-    if c.gain < 0 and c.comparison.p_two_sided < ALPHA:
-        return "worse on test: the dev winner is significantly worse than the baseline"
-    return f"not confirmed: the test difference is not significant (p ≥ {ALPHA}); keep the baseline"
-
 
 def describe_change(space: "SearchSpace", baseline: "Candidate", best: "Candidate") -> str:
     """Grid candidates diff by dimension; proposed ones (no assignment) by prompt-spec field."""
@@ -52,12 +36,40 @@ def _ci(ci: tuple[float, float]) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
+def _tested_rows(result: "RunResult") -> list[str]:
+    """One row per dev candidate tested on test (K of them with --confirm-top)."""
+    v = result.verdict
+    rows = ["| dev rank | candidate | test accuracy | 95% CI (Wilson) | gain [paired bootstrap 95% CI] | b / c "
+            "| one-sided p | Holm p | confirmed |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for rank, t in enumerate(v.tested, 1):
+        c = t.confirmation
+        rows.append(f"| {rank} | `{t.candidate.id}` | {c.best_accuracy:.3f} | {_ci(c.best_ci)} | {c.gain:+.3f} "
+                    f"{_ci(c.gain_ci)} | {c.comparison.b} / {c.comparison.c} | {c.comparison.p_one_sided:.3g} | "
+                    f"{t.p_adjusted:.3g} | {'yes' if t.confirmed else 'no'} |")
+    return rows
+
+
+def _dev_paragraph(result: "RunResult", dev_alpha: float) -> str:
+    v, o = result.verdict, result.outcome
+    challenges = (f" Dev challenges: {o.challenges} in {o.sweeps} sweep(s), {o.challenge_accepts} accepted at a "
+                  f"family-wise α = {dev_alpha} per sweep." if o.challenges else "")
+    if not o.leader_dev_n:
+        return "The search scored no dev example, so the baseline stands as the dev winner." + challenges
+    gain = o.leader_dev_score - o.baseline_dev_score
+    bias = selection_bias_scale(accuracy_sigma(o.leader_dev_score, o.leader_dev_n), max(o.family, 1))
+    return (f"Dev winner `{v.dev_winner.id}` {o.leader_dev_score:.3f} on {o.leader_dev_n} examples; baseline "
+            f"{o.baseline_dev_score:.3f} on {o.baseline_dev_n} of them (gain {gain:+.3f}); selected from "
+            f"F = {o.family} candidates ({o.n_candidates} evaluated in {o.n_trials} trials). Selection-bias scale "
+            f"σ·√(2 ln F) = {bias:.3f} at n = {o.leader_dev_n}: {_noise_phrase(gain, bias)}." + challenges)
+
+
 def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: "SearchSpace",
                  baseline: "Candidate") -> None:
-    c, o = result.confirmation, result.outcome
+    v, o = result.verdict, result.outcome
+    base = v.baseline_only
     n_dev = len(task.splits["dev"])
-    bias = selection_bias_scale(accuracy_sigma(o.best_dev_score, n_dev), max(o.n_candidates, 1))
     ledger = result.search_ledger
+    shipped = v.shipped
     lines = [
         f"# prompttune run: {task.name} · {config.optimizer} · seed {config.seed}",
         "",
@@ -65,26 +77,22 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"objective `{config.objective}`; splits train {len(task.splits['train'])} / dev {n_dev} / "
         f"test {len(task.splits['test'])}.",
         "",
-        f"**Verdict: {verdict(result)}.**",
+        f"**Verdict: {v.summary()}.**",
+        "",
+        f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "
+        f"McNemar test of the top {v.top_k} dev candidate(s) against the baseline at α = {v.alpha}"
+        f"{' (Holm over K)' if v.top_k > 1 else ''}. What ships is the confirmed prompt, else the baseline.",
         "",
         "## Held-out test (never seen by the optimizer)",
         "",
-        "| prompt | test accuracy | 95% CI (Wilson) |",
-        "| --- | --- | --- |",
-        f"| baseline | {c.baseline_accuracy:.3f} | {_ci(c.baseline_ci)} |",
-        f"| best | {c.best_accuracy:.3f} | {_ci(c.best_ci)} |",
+        f"Baseline test accuracy {base.baseline_accuracy:.3f} {_ci(base.baseline_ci)} (Wilson 95%) on {base.n} "
+        "examples.",
         "",
-        f"Gain {c.gain:+.3f}, paired bootstrap 95% CI {_ci(c.gain_ci)}. Discordant pairs on "
-        f"{c.n} examples: b = {c.comparison.b} (best right, baseline wrong), c = {c.comparison.c} "
-        f"(best wrong, baseline right). Exact McNemar p = {c.comparison.p_two_sided:.4g} "
-        f"(one-sided, best better: {c.comparison.p_one_sided:.4g}).",
+        *(_tested_rows(result) if v.tested else ["The dev winner is the baseline: nothing to test."]),
         "",
         "## Dev (selected on dev — optimistic by construction)",
         "",
-        f"Baseline {result.baseline_dev_score:.3f}, best {o.best_dev_score:.3f} "
-        f"(gain {o.best_dev_score - result.baseline_dev_score:+.3f}) after {o.n_candidates} candidates "
-        f"in {o.n_trials} trials. Selection-bias scale σ·√(2 ln F) = {bias:.3f} for F = "
-        f"{o.n_candidates}: {_noise_phrase(o.best_dev_score - result.baseline_dev_score, bias)}.",
+        _dev_paragraph(result, config.dev_alpha),
         "",
         *([ "## Optimizer", "", *o.notes, ""] if o.notes else []),
         "## Budget",
@@ -92,36 +100,52 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"Search: {ledger.calls} of {ledger.cap_calls} calls "
         f"({', '.join(f'{k} {v}' for k, v in sorted(ledger.calls_by_kind.items())) or 'none'}), "
         f"{ledger.prompt_tokens} prompt + {ledger.completion_tokens} completion tokens"
-        f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out confirmation (not charged "
+        f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out verdict (not charged "
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
         f"tokens. Wall time {result.wall_seconds:.0f} s.",
         "",
-        "## Best prompt",
+        "## Shipped prompt (`best_prompt.json`, `best_prompt.txt`)",
         "",
-        f"Candidate `{o.best.id}`; change from baseline: {describe_change(space, baseline, o.best)}.",
+        f"Candidate `{shipped.id}`"
+        + (" — the baseline" if shipped.id == baseline.id else
+           f"; change from baseline: {describe_change(space, baseline, shipped)}") + ".",
         "",
         "```text",
         (result.run_dir / "best_prompt.txt").read_text().rstrip("\n"),
         "```",
         "",
+        *([] if v.dev_winner.id == shipped.id else [
+            "## Dev winner, not shipped (`dev_winner.json`, `dev_winner.txt`)",
+            "",
+            f"Candidate `{v.dev_winner.id}`; change from baseline: {describe_change(space, baseline, v.dev_winner)}.",
+            "",
+            "```text",
+            (result.run_dir / "dev_winner.txt").read_text().rstrip("\n"),
+            "```",
+            "",
+        ]),
     ]
     (result.run_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
 
 
 def print_summary(result: "RunResult", console: Console) -> None:
-    c = result.confirmation
+    v, o = result.verdict, result.outcome
+    lead = v.leader_confirmation
     table = Table(title=f"prompttune · {result.run_dir.name}")
     table.add_column("prompt")
     table.add_column("dev (selected)", justify="right")
     table.add_column("test accuracy", justify="right")
     table.add_column("95% CI", justify="right")
-    table.add_row("baseline", f"{result.baseline_dev_score:.3f}", f"{c.baseline_accuracy:.3f}",
-                  _ci(c.baseline_ci))
-    table.add_row("best", f"{result.outcome.best_dev_score:.3f}", f"{c.best_accuracy:.3f}", _ci(c.best_ci))
+    table.add_row("baseline", f"{o.baseline_dev_score:.3f}", f"{lead.baseline_accuracy:.3f}", _ci(lead.baseline_ci))
+    if v.tested:
+        table.add_row("dev winner", f"{o.leader_dev_score:.3f}", f"{lead.best_accuracy:.3f}", _ci(lead.best_ci))
     console.print(table)
-    console.print(f"test gain {c.gain:+.3f}  b={c.comparison.b} c={c.comparison.c}  "
-                  f"McNemar p={c.comparison.p_two_sided:.4g}  ·  budget used "
-                  f"{result.search_ledger.calls}/{result.search_ledger.cap_calls} calls, "
+    if v.tested:
+        console.print(f"test gain {lead.gain:+.3f}  b={lead.comparison.b} c={lead.comparison.c}  "
+                      f"one-sided McNemar p={lead.comparison.p_one_sided:.4g}")
+    console.print(f"budget used {result.search_ledger.calls}/{result.search_ledger.cap_calls} calls, "
                   f"{result.search_ledger.tokens} tokens")
-    console.print(f"verdict: {verdict(result)}")
+    console.print(f"verdict: {v.summary()}")
+    console.print(f"shipped: {'the baseline' if v.shipped.id == result.baseline.id else v.shipped.id} "
+                  f"(best_prompt.json)")
     console.print(f"run directory: {result.run_dir}")

@@ -17,7 +17,7 @@ from prompttune.backends.factory import build_backend
 from prompttune.config import RunConfig
 from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Confirmation, confirm
+from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives.stats import AcceptRule
@@ -77,11 +77,33 @@ class RunResult:
     run_dir: Path
     baseline: Candidate
     outcome: SearchOutcome
-    baseline_dev_score: float
-    confirmation: Confirmation
+    verdict: Verdict
     search_ledger: BudgetLedger
     confirm_ledger: BudgetLedger
     wall_seconds: float
+
+    @property
+    def shipped(self) -> Candidate:
+        """What the run recommends: the confirmed prompt, or the baseline."""
+        return self.verdict.shipped
+
+    @property
+    def confirmation(self) -> Confirmation:
+        """Test figures of what ships against the baseline."""
+        return self.verdict.shipped_confirmation
+
+
+def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSpace, baseline: Candidate,
+                 text: str, **facts: object) -> None:
+    """`name`.json (spec, dimensions, diff) and `name`.txt (the prompt as the model sees it)."""
+    (run_dir / f"{name}.json").write_text(json.dumps({
+        "candidate_id": candidate.id,
+        **facts,
+        "dimensions": candidate.values(space),
+        "spec": asdict(candidate.spec),
+        "diff_from_baseline": describe_change(space, baseline, candidate),
+    }, indent=2, ensure_ascii=False))
+    (run_dir / f"{name}.txt").write_text(text + "\n")
 
 
 def run_optimization(config: RunConfig, backend: Backend | None = None, console: Console | None = None,
@@ -117,7 +139,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                           scoring=config.scoring)
     context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
                             config.objective, config.seed, config.budget, dict(config.optimizer_options),
-                            AcceptRule(alpha=config.alpha))
+                            AcceptRule(alpha=config.dev_alpha))
     proposer = Proposer(build_proposer_backend(config) if config.proposer_model else backend, search_ledger)
     optimizer = optimizer_cls(context, proposer)
     storage = JsonlStorage(run_dir / "trials.jsonl")
@@ -135,29 +157,24 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
 
         outcome = run_search(optimizer, evaluator, storage, on_trial)
 
-    baseline_ids = [i for i in context.dev_ids if i in optimizer.memo.get(baseline.id, {})]
-    if not baseline_ids:
-        raise UserError("the budget ran out before the baseline was scored on dev; raise --budget")
-    baseline_dev = optimizer.score_on(baseline, baseline_ids)
-
     test = task.splits["test"]
     confirm_ledger = BudgetLedger()
     test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_for(confirm_ledger),
                                confirm_ledger,
                                scoring=config.scoring)
-    console.print(f"confirming baseline and best on {len(test)} held-out test examples…")
-    confirmation = confirm(baseline, outcome.best, test_evaluator, [e.id for e in test], config.seed)
+    console.print(f"held-out verdict on {len(test)} test examples…")
+    verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
+                               config.confirm_top, config.seed)
 
-    example = render(outcome.best.spec, test[0], select_demos(outcome.best.spec, train))
-    (run_dir / "best_prompt.json").write_text(json.dumps({
-        "candidate_id": outcome.best.id,
-        "dimensions": outcome.best.values(space),
-        "spec": asdict(outcome.best.spec),
-        "diff_from_baseline": describe_change(space, baseline, outcome.best),
-    }, indent=2, ensure_ascii=False))
-    (run_dir / "best_prompt.txt").write_text(backend.to_text(example) + "\n")
-    result = RunResult(run_dir, baseline, outcome, baseline_dev, confirmation, search_ledger, confirm_ledger,
-                       time.time() - started)
+    def as_seen(candidate: Candidate) -> str:
+        return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
+
+    shipped = verdict.shipped
+    write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
+                 verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
+    write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
+                 label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+    result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started)
     write_report(result, config, task, space, baseline)
     print_summary(result, console)
     if own_cache:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.confirmation import Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives.stats import AcceptRule
@@ -46,25 +47,79 @@ def oracle_space() -> SearchSpace:
 @dataclass
 class OracleRun:
     outcome: SearchOutcome
+    verdict: Verdict
     ledger: BudgetLedger
     storage: InMemoryStorage
     task: Task
     optimizer: object
+    backend: SyntheticOracleBackend
 
 
 def run_oracle(optimizer: str, budget: int, seed: int = 0, sizes: SplitSizes = SplitSizes(200, 300, 50),
                space: SearchSpace | None = None, options: dict | None = None,
-               accuracy=oracle_accuracy, proposals=None) -> OracleRun:
+               accuracy=oracle_accuracy, proposals=None, correlation: float = 0.0, alpha: float = 0.05,
+               dev_alpha: float = 0.10, confirm_top: int = 1) -> OracleRun:
+    """One search on the oracle and the held-out verdict, exactly as `optimize` runs them."""
     task = synthetic_task(n_per_class=max(200, sum(vars(sizes).values()) // 3 + 1), sizes=sizes)
     examples = [e for split in task.splits.values() for e in split]
-    backend = SyntheticOracleBackend(examples, accuracy, seed=seed, proposals=proposals)
+    backend = SyntheticOracleBackend(examples, accuracy, seed=seed, proposals=proposals,
+                                     difficulty_correlation=correlation)
     ledger = BudgetLedger(cap_calls=budget)
     train = {e.id: e for e in task.splits["train"]}
     visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
     evaluator = Evaluator(backend, visible, train, ResultCache(), ledger)
     space = (space or oracle_space()).bind(task.splits["train"])
     context = SearchContext(space, list(train), [e.id for e in task.splits["dev"]], 3, seed=seed,
-                            budget=budget, options=options or {}, accept_rule=AcceptRule())
+                            budget=budget, options=options or {}, accept_rule=AcceptRule(alpha=dev_alpha))
     opt = get_optimizer(optimizer)(context, Proposer(backend, ledger))
     storage = InMemoryStorage()
-    return OracleRun(run_search(opt, evaluator, storage), ledger, storage, task, opt)
+    outcome = run_search(opt, evaluator, storage)
+    test = task.splits["test"]
+    test_evaluator = Evaluator(backend, {e.id: e for e in test}, train, ResultCache(), BudgetLedger())
+    verdict = held_out_verdict(opt.baseline, outcome.ranking, test_evaluator, [e.id for e in test], alpha,
+                               confirm_top, seed)
+    return OracleRun(outcome, verdict, ledger, storage, task, opt, backend)
+
+
+# -- the error-rate problem (benchmarks/error_rates.py and its small version in the suite) ------------
+# One space that every optimizer can improve in its own way: the word slot `{verb}` (random, sh,
+# spread, cople), proposed instructions (p2g, mipro) and demo sets (bfrs, mipro). A prompt is
+# "better" when it says "Pick" or carries at least two demos; every other prompt has the base
+# accuracy. Under the null (delta = 0) every prompt is equally good.
+
+ERROR_RATE_SIZES = SplitSizes(200, 300, 1000)
+GOOD_INSTRUCTION = "Pick the colour of the item ({labels})."
+OTHER_INSTRUCTIONS = ("Say the colour of the item ({labels}).", "Tell me which colour the item has ({labels}).")
+
+
+def error_rate_space() -> SearchSpace:
+    dims = [Dimension("verb", ("Name", "Pick", "State"), "slot:verb", kind="word"),
+            Dimension("field", ("Input: {}", "Text: {}", "Item: {}"), "input:text"),
+            Dimension("output", ("Answer: {}", "Label: {}", "Colour: {}"), "output_template"),
+            Dimension("separator", ("\n", " | "), "intra_separator")]
+    base = PromptSpec(instruction="{verb} the colour of the item ({labels}).",
+                      input_templates=(("text", "Input: {}"),), label_words=("red", "green", "blue"))
+    return SearchSpace("error-rates", base, dims)
+
+
+def is_better(text: str) -> bool:
+    """The truly better prompts: 'Pick' in the instruction, or two or more demos (query included: 3 texts)."""
+    return "Pick the colour" in text or text.count(" is about colour ") >= 3
+
+
+def error_rate_accuracy(delta: float, base: float = 0.6):
+    return lambda text: base + delta if is_better(text) else base
+
+
+def error_rate_proposer():
+    """Scripted proposer: critiques and summaries, word lists, and instructions of which one in three is good."""
+    turn = [0]
+
+    def propose(text: str) -> str:
+        if "In one sentence" in text or "Describe in one sentence" in text:
+            return "Mention the colour list explicitly."
+        if "single words" in text:
+            return "shade, tint"
+        turn[0] += 1
+        return (GOOD_INSTRUCTION, *OTHER_INSTRUCTIONS)[turn[0] % 3]
+    return propose

@@ -112,7 +112,7 @@ def test_compare_two_optimizers_two_seeds_matched_budgets(tmp_path: Path) -> Non
                                                       "runs_dir": str(tmp_path / "solo")}),
                             backend=oracle_for(config))
     assert (solo.search_ledger.calls, solo.search_ledger.tokens) == (sh1.search.calls, sh1.search.tokens)
-    assert solo.outcome.best.spec == sh1.best
+    assert solo.shipped.spec == sh1.best
     report = (result.run_dir / "report.md").read_text()
     for needle in ("## Held-out test accuracy", "Benjamini–Hochberg", "## Leading arms head to head",
                    "![anytime curves](anytime.png)", "## Fairness", "no search-time model request quoted"):

@@ -11,6 +11,7 @@ from prompttune.objectives import (
     accuracy_sigma,
     adjust_pvalues,
     keep_any_win,
+    obrien_fleming_spent,
     paired_bootstrap_ci,
     paired_compare,
     selection_bias_scale,
@@ -124,9 +125,11 @@ def test_selection_bias_scale_bounds_simulated_maximum():
 # --- AcceptRule ----------------------------------------------------------------
 
 
-def test_next_n_walks_the_stages():
+def test_looks_walk_the_stages_up_to_the_examples_available():
     rule = AcceptRule()
-    assert [rule.next_n(n) for n in (0, 50, 60, 399, 400, 1000)] == [50, 100, 100, 400, None, None]
+    assert rule.looks(300) == [50, 100, 200, 300]
+    assert rule.looks(1000) == [50, 100, 200, 400]
+    assert [rule.next_n(n, 300) for n in (0, 50, 60, 200, 300)] == [50, 100, 100, 300, None]
 
 
 def test_accept_rule_validates_its_fields():
@@ -138,44 +141,48 @@ def test_accept_rule_validates_its_fields():
         AcceptRule(alpha=0.0)
 
 
+def test_spending_adds_up_to_alpha_and_saves_it_for_the_last_look():
+    rule = AcceptRule()
+    shares = [rule.look_alpha(n, 300, 0.05) for n in rule.looks(300)]
+    assert sum(shares) == pytest.approx(0.05)
+    assert shares[0] < 1e-4 and shares[-1] > 0.03
+    assert obrien_fleming_spent(0.05, 1.0) == pytest.approx(0.05)
+
+
 def test_decide_accepts_clear_win_at_first_stage():
-    decision = AcceptRule().decide(*paired_arrays(both_right=20, b=20, c=2, both_wrong=8))
+    decision = AcceptRule().decide(*paired_arrays(both_right=20, b=25, c=0, both_wrong=5), n_max=400)
     assert decision.verdict == "accept"
     assert decision.n == 50
-    assert decision.p_value == decision.comparison.p_one_sided
+    assert decision.p_value == decision.comparison.p_one_sided < decision.threshold
 
 
 def test_decide_rejects_clear_loss_at_first_stage():
-    decision = AcceptRule().decide(*paired_arrays(both_right=20, b=2, c=20, both_wrong=8))
+    decision = AcceptRule().decide(*paired_arrays(both_right=20, b=2, c=20, both_wrong=8), n_max=400)
     assert decision.verdict == "reject"
     # Without futility the same evidence only says "keep looking".
     no_futility = AcceptRule(futility_p=0.0)
-    assert no_futility.decide(*paired_arrays(20, 2, 20, 8)).verdict == "continue"
+    assert no_futility.decide(*paired_arrays(20, 2, 20, 8), n_max=400).verdict == "continue"
 
 
-def test_decide_keeps_a_slightly_trailing_candidate_until_the_last_stage():
+def test_decide_keeps_a_slightly_trailing_candidate_until_the_last_look():
     rule = AcceptRule()
-    assert rule.decide(*paired_arrays(both_right=24, b=8, c=10, both_wrong=8)).verdict == "continue"
-    assert rule.decide(*paired_arrays(24, 8, 10, 8), final=True).verdict == "reject"
-    assert rule.decide(*paired_arrays(324, 8, 10, 58)).verdict == "reject"  # n = 400, last stage
+    assert rule.decide(*paired_arrays(both_right=24, b=8, c=10, both_wrong=8), n_max=400).verdict == "continue"
+    assert rule.decide(*paired_arrays(24, 8, 10, 8), n_max=50).verdict == "reject"  # all examples seen
+    assert rule.decide(*paired_arrays(324, 8, 10, 58), n_max=400).verdict == "reject"  # n = 400, last stage
 
 
 def test_futility_margin_tolerates_small_deficits():
     tolerant = AcceptRule(futility_margin=0.5)
-    assert tolerant.decide(*paired_arrays(20, 2, 20, 8)).verdict == "continue"
+    assert tolerant.decide(*paired_arrays(20, 2, 20, 8), n_max=400).verdict == "continue"
 
 
-def test_decide_sweep_holm_blocks_a_lone_marginal_win():
-    rule = AcceptRule()
-    marginal = paired_arrays(both_right=300, b=14, c=3, both_wrong=83)  # n = 400
-    noise = paired_arrays(both_right=300, b=10, c=10, both_wrong=80)
-    p = rule.decide(*marginal).p_value
-    assert p < rule.look_alpha < 3 * p  # accepted alone, not after Holm over 3 candidates
-    plain = rule.decide_sweep([marginal, noise, noise])
-    assert [d.verdict for d in plain] == ["accept", "reject", "reject"]
-    holm = AcceptRule(holm=True).decide_sweep([marginal, noise, noise])
-    assert [d.verdict for d in holm] == ["reject", "reject", "reject"]
-    assert holm[0].p_value == pytest.approx(3 * p)
+def test_a_smaller_share_of_alpha_blocks_a_marginal_win():
+    """A sweep of three challenges gives each alpha / 3: a win that passes alone fails there."""
+    rule = AcceptRule(alpha=0.05)
+    marginal = paired_arrays(both_right=300, b=13, c=4, both_wrong=83)  # n = 400, p = 0.025
+    alone = rule.decide(*marginal, n_max=400)
+    in_sweep = rule.decide(*marginal, n_max=400, alpha=0.05 / 3)
+    assert alone.verdict == "accept" and in_sweep.verdict == "reject"
 
 
 def test_keep_any_win():
@@ -187,13 +194,13 @@ def test_keep_any_win():
 
 
 def run_staged(rule: AcceptRule, cand: np.ndarray, inc: np.ndarray):
-    """Feed one simulated run to the rule stage by stage, as an optimizer would."""
-    n = rule.next_n(0)
+    """Feed one simulated run to the rule look by look, as the search driver does."""
+    n = rule.looks(cand.size)[0]
     while True:
-        decision = rule.decide(cand[:n], inc[:n], final=n >= cand.size)
+        decision = rule.decide(cand[:n], inc[:n], n_max=cand.size)
         if decision.verdict != "continue":
             return decision
-        n = rule.next_n(n)
+        n = rule.next_n(n, cand.size)
 
 
 def simulate_pairs(rng, runs: int, n: int, probs) -> tuple[np.ndarray, np.ndarray]:

@@ -4,11 +4,17 @@ It answers with known per-prompt accuracies so optimizer and statistics logic ca
 against ground truth. Correctness of (prompt, example) is a deterministic coin flip with the
 probability that `accuracy_of(prompt_text)` returns; the gold label is looked up from the
 examples it was given (the query is the last example text that appears in the prompt).
+
+With `difficulty_correlation` rho > 0 the coins of different prompts on one example share a
+per-example difficulty (a Gaussian copula: latent sqrt(rho) z_example + sqrt(1 - rho) z_prompt),
+as real prompts on one model do: accuracies stay as declared, errors pile up on hard examples.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+from statistics import NormalDist
 from typing import Callable, Iterable
 
 from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
@@ -18,6 +24,7 @@ from prompttune.tasks.base import Example
 
 
 _KEY = 16
+_NORMAL = NormalDist()
 
 
 def _unit(*parts: str) -> float:
@@ -27,7 +34,11 @@ def _unit(*parts: str) -> float:
 
 class SyntheticOracleBackend(Backend):
     def __init__(self, examples: Iterable[Example], accuracy_of: Callable[[str], float],
-                 seed: int = 0, proposals: Callable[[str], str] | None = None) -> None:
+                 seed: int = 0, proposals: Callable[[str], str] | None = None,
+                 difficulty_correlation: float = 0.0) -> None:
+        if not 0.0 <= difficulty_correlation < 1.0:
+            raise ValueError(f"difficulty_correlation must be in [0, 1), got {difficulty_correlation}")
+        self.rho = difficulty_correlation
         self.examples = list(examples)
         self.accuracy_of = accuracy_of
         self.seed = str(seed)
@@ -56,12 +67,22 @@ class SyntheticOracleBackend(Backend):
                     return ex
         raise ValueError("oracle: prompt contains no known example")
 
+    def _draw(self, text: str, example: Example) -> float:
+        """Uniform on [0, 1) per (prompt, example); correlated across prompts when rho > 0."""
+        own = _unit(text, self.seed, "correct")
+        if not self.rho:
+            return own
+        def z(u: float) -> float:
+            return _NORMAL.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+        shared = z(_unit(example.id, self.seed, "difficulty"))
+        return _NORMAL.cdf(math.sqrt(self.rho) * shared + math.sqrt(1 - self.rho) * z(own))
+
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = []
         for r in requests:
             example = self._query(r.text)
             n = len(r.continuations)
-            correct = _unit(r.text, self.seed, "correct") < self.accuracy_of(r.text)
+            correct = self._draw(r.text, example) < self.accuracy_of(r.text)
             wrong = (example.label + 1 + int(_unit(r.text, self.seed, "wrong") * (n - 1))) % n
             winner = example.label if correct else wrong
             logprobs = tuple(-0.1 if i == winner else -3.0 for i in range(n))

@@ -68,7 +68,7 @@ class Bench:
 
 @dataclass
 class ArmRun:
-    """One arm at one seed: its choice, its held-out verdict and what it spent."""
+    """One arm at one seed: what it ships after the held-out verdict, and what it spent."""
 
     arm: str
     seed: int
@@ -107,9 +107,9 @@ def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     # Confirmation comes last, so the requests before its own are the search's.
     stop = len(bench.backend.flags) - confirming.computed
     outcome = result.outcome
-    # Some strategies (successive halving) name an incumbent only when they finish.
-    anytime = outcome.anytime or [(result.search_ledger.calls, outcome.best_dev_score)]
-    return ArmRun(arm, seed, result.run_dir, result.baseline.spec, outcome.best.spec, outcome.best_dev_score,
+    # Some strategies (successive halving) name a leader only when a round finishes.
+    anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
+    return ArmRun(arm, seed, result.run_dir, result.baseline.spec, result.shipped.spec, outcome.leader_dev_score,
                   result.confirmation, result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
                   anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
                   stop - start, bench.backend.leaks(start, stop))

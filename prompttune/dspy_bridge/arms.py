@@ -6,7 +6,8 @@ call DSPy makes — bootstrapping, instruction proposals, evaluations — reache
 derived from the cap (`Plan.description` says how); the ledger still enforces the cap. When it
 is reached mid-compile, `BudgetStop` ends DSPy, and the arm keeps the best program that was
 scored on the whole dev split so far (DSPy's own choice rule), else the baseline. The chosen
-program becomes a PromptSpec and is confirmed on the test split like every other arm's winner.
+program becomes a PromptSpec and goes through the same held-out verdict as every other arm's
+dev winner: it ships only if confirmed, else the baseline ships.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from prompttune.compare.arms import ArmRun, Bench
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
-from prompttune.evaluation.confirmation import Confirmation, confirm
+from prompttune.evaluation.confirmation import Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator, Record
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.base import spec_candidate
@@ -177,14 +178,16 @@ def _choose(program: dspy.Predict | None, tracker: DevTracker, mapping: ProgramM
     return baseline, "stopped by the cap before any program was scored on all of dev: baseline"
 
 
-def _confirm(bench: Bench, baseline: Candidate, best: Candidate, seed: int) -> tuple[Confirmation, BudgetLedger]:
+def _verdict(bench: Bench, baseline: Candidate, best: Candidate, seed: int) -> tuple[Verdict, BudgetLedger]:
     """The held-out verdict, through the same kind of cache view and ledger as a prompttune run's."""
     test = bench.task.splits["test"]
     ledger = BudgetLedger()
     evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
                           ArmCache(bench.shared, ledger), ledger, scoring=bench.config.scoring)
     bench.console.print(f"confirming baseline and the DSPy program on {len(test)} held-out test examples…")
-    return confirm(baseline, best, evaluator, [ex.id for ex in test], seed), ledger
+    verdict = held_out_verdict(baseline, [best], evaluator, [ex.id for ex in test], bench.config.alpha,
+                               seed=seed)
+    return verdict, ledger
 
 
 def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
@@ -224,14 +227,20 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     bench.console.print(f"{arm} seed {seed}: {plan.description}")
     chosen, how = _choose(program, tracker, mapping, baseline.spec)
     best = baseline if chosen == baseline.spec else spec_candidate(chosen, arm)
-    confirmation, confirm_ledger = _confirm(bench, baseline, best, seed)
+    verdict, confirm_ledger = _verdict(bench, baseline, best, seed)
+    shipped = verdict.shipped.spec
 
     (run_dir / "best_prompt.json").write_text(json.dumps(
-        {"candidate_id": best.id, "spec": asdict(chosen), "chosen_by": how, "plan": plan.description},
+        {"candidate_id": verdict.shipped.id, "spec": asdict(shipped), "verdict": verdict.summary(),
+         "is_baseline": verdict.shipped.id == baseline.id, "dev_winner_chosen_by": how, "plan": plan.description},
         indent=2, ensure_ascii=False))
-    mapping.program(chosen, [train[i] for i in chosen.demo_ids]).save(str(run_dir / "dspy_program.json"))
-    notes = [plan.description, f"Chosen: {how}.",
+    (run_dir / "dev_winner.json").write_text(json.dumps(
+        {"candidate_id": best.id, "spec": asdict(chosen), "chosen_by": how,
+         "label": "dev winner: ships only if the held-out verdict confirms it"}, indent=2, ensure_ascii=False))
+    mapping.program(shipped, [train[i] for i in shipped.demo_ids]).save(str(run_dir / "dspy_program.json"))
+    notes = [plan.description, f"Dev winner: {how}.", f"Verdict: {verdict.summary()}.",
              f"{len(tracker.scores)} programs scored on the whole dev split."]
-    return ArmRun(arm, seed, run_dir, baseline.spec, chosen, tracker.scores.get(chosen), confirmation, ledger,
+    return ArmRun(arm, seed, run_dir, baseline.spec, shipped, tracker.scores.get(chosen),
+                  verdict.shipped_confirmation, ledger,
                   confirm_ledger.calls, search_view.foreign_calls, tracker.anytime, program is None,
                   time.time() - started, notes, stop - start, bench.backend.leaks(start, stop))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import binomtest
+from scipy.stats import binomtest, norm
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
@@ -157,44 +157,48 @@ class Decision:
     verdict: Verdict
     comparison: PairedComparison
     n: int
-    p_value: float  # the p the verdict used (one-sided; Holm-adjusted in a Holm sweep)
+    p_value: float  # exact one-sided McNemar p on all paired examples so far
+    threshold: float  # the alpha this look could spend
+
+
+def obrien_fleming_spent(alpha: float, fraction: float) -> float:
+    """Alpha spent by information fraction t (Lan-DeMets O'Brien-Fleming type): 2 - 2 Phi(z_{1-a/2} / sqrt t).
+
+    Early looks get almost nothing, the last look nearly all of alpha, so staging costs little
+    power at the full sample while still stopping clear wins early.
+    """
+    if fraction <= 0.0:
+        return 0.0
+    fraction = min(fraction, 1.0)
+    return float(2.0 * (1.0 - norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(fraction))))
 
 
 @dataclass(frozen=True)
 class AcceptRule:
     """Staged, paired accept rule for replacing an incumbent prompt with a candidate.
 
-    Evidence is gathered in stages of paired examples (cumulative sizes in
-    `stages`). At every look the candidate is accepted only when the exact
-    one-sided McNemar test (binomial on discordant pairs, H1: candidate better)
-    on all examples so far gives p < alpha / len(stages).
+    Evidence is gathered in stages of paired examples (cumulative sizes in `stages`, capped by
+    the examples available). At each look the candidate is accepted when the exact one-sided
+    McNemar test (binomial on discordant pairs, H1: candidate better) on all examples so far
+    gives p below that look's share of the challenge's alpha. Shares follow an O'Brien-Fleming
+    spending function of the information fraction n / n_max and are added up across looks
+    (Bonferroni), so one challenge falsely accepts with probability at most its alpha.
 
-    Why the split: testing every look at the full alpha lets noise win at any
-    of the looks; with four stages an equally good candidate was accepted about
-    10% of the time in simulation. Splitting alpha over the looks (Bonferroni)
-    bounds the false-accept chance of the whole staged procedure by alpha.
+    `alpha` is the family-wise level of a whole *sweep* of challenges; the search driver gives
+    each challenge alpha / (planned challenges in its sweep), so the chance that a sweep accepts
+    any equally good candidate stays at most `alpha`.
 
-    Futility (budget saving): at a non-final look the candidate is rejected
-    early when it trails by more than `futility_margin` in accuracy AND the
-    exact one-sided p for "candidate worse" is below `futility_p`. With
-    futility_p = 0.2 a candidate that merely trails by noise keeps being
-    evaluated, while one clearly behind stops at the first look; setting
-    futility_p = 0 disables early rejection. Futility stops can only turn
-    accepts into rejects, so they never raise the false-accept rate.
-
-    At the last stage (n >= stages[-1]) or when `final=True` (no more
-    examples), anything not accepted is rejected.
-
-    With `holm=True`, `decide_sweep` Holm-adjusts the one-sided p-values of a
-    sweep of candidates, so the chance of accepting any noise candidate in the
-    sweep stays at alpha.
+    Futility (budget saving): at a non-final look the candidate is rejected early when it trails
+    by more than `futility_margin` in accuracy AND the exact one-sided p for "candidate worse" is
+    below `futility_p`. Futility stops only turn accepts into rejects, so they never raise the
+    false-accept rate; `futility_p = 0` disables them. At the last look anything not accepted
+    is rejected.
     """
 
     stages: tuple[int, ...] = (50, 100, 200, 400)
-    alpha: float = 0.05
+    alpha: float = 0.10
     futility_margin: float = 0.0
     futility_p: float = 0.2
-    holm: bool = False
 
     def __post_init__(self) -> None:
         if not self.stages or any(s <= 0 for s in self.stages):
@@ -204,50 +208,43 @@ class AcceptRule:
         if not 0.0 < self.alpha < 1.0:
             raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
 
-    @property
-    def look_alpha(self) -> float:
-        """Significance level of each single look."""
-        return self.alpha / len(self.stages)
+    def looks(self, n_max: int) -> list[int]:
+        """Cumulative sizes of the looks when `n_max` paired examples are available."""
+        last = min(n_max, self.stages[-1])
+        return [s for s in self.stages if s < last] + [last]
 
-    def next_n(self, current_n: int) -> int | None:
-        """Cumulative number of paired examples for the next look; None after the last stage."""
-        return next((s for s in self.stages if s > current_n), None)
+    def look_alpha(self, n: int, n_max: int, alpha: float) -> float:
+        """The share of a challenge's `alpha` spent at the look with n examples."""
+        looks = self.looks(n_max)
+        if n not in looks:
+            raise ValueError(f"{n} is not a look of {looks}")
+        previous = looks[looks.index(n) - 1] if looks.index(n) else 0
+        return obrien_fleming_spent(alpha, n / looks[-1]) - obrien_fleming_spent(alpha, previous / looks[-1])
+
+    def next_n(self, current_n: int, n_max: int) -> int | None:
+        """Cumulative number of paired examples for the next look; None after the last one."""
+        return next((s for s in self.looks(n_max) if s > current_n), None)
 
     def _is_futile(self, comparison: PairedComparison) -> bool:
         p_worse = _one_sided_p(comparison.c, comparison.b)
         return comparison.diff < -self.futility_margin and p_worse < self.futility_p
 
-    def _verdict(self, comparison: PairedComparison, p_value: float, final: bool) -> Decision:
-        last = final or comparison.n >= self.stages[-1]
-        if p_value < self.look_alpha:
+    def decide(self, candidate_correct: Sequence[bool], incumbent_correct: Sequence[bool],
+               n_max: int, alpha: float | None = None) -> Decision:
+        """Judge one candidate at the look with len(candidate_correct) paired examples.
+
+        `alpha` is this challenge's level (default: the rule's whole alpha, a sweep of one).
+        """
+        comparison = paired_compare(candidate_correct, incumbent_correct)
+        last = comparison.n >= self.looks(n_max)[-1]
+        threshold = self.look_alpha(comparison.n, n_max, self.alpha if alpha is None else alpha)
+        if comparison.p_one_sided < threshold:
             verdict: Verdict = "accept"
         elif last or self._is_futile(comparison):
             verdict = "reject"
         else:
             verdict = "continue"
-        return Decision(verdict=verdict, comparison=comparison, n=comparison.n, p_value=p_value)
-
-    def decide(
-        self,
-        candidate_correct: Sequence[bool],
-        incumbent_correct: Sequence[bool],
-        final: bool = False,
-    ) -> Decision:
-        """Judge one candidate on all paired examples seen so far."""
-        comparison = paired_compare(candidate_correct, incumbent_correct)
-        return self._verdict(comparison, comparison.p_one_sided, final)
-
-    def decide_sweep(
-        self,
-        pairs: Sequence[tuple[Sequence[bool], Sequence[bool]]],
-        final: bool = False,
-    ) -> list[Decision]:
-        """Judge several candidates at once, Holm-adjusting their p-values when `holm` is set."""
-        comparisons = [paired_compare(cand, inc) for cand, inc in pairs]
-        pvalues = [comp.p_one_sided for comp in comparisons]
-        if self.holm:
-            _, pvalues = adjust_pvalues(pvalues, method="holm", alpha=self.alpha)
-        return [self._verdict(comp, p, final) for comp, p in zip(comparisons, pvalues)]
+        return Decision(verdict, comparison, comparison.n, comparison.p_one_sided, threshold)
 
 
 def keep_any_win(candidate_correct: Sequence[bool], incumbent_correct: Sequence[bool]) -> bool:

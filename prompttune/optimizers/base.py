@@ -1,9 +1,13 @@
-"""The optimizer contract (ask/tell, in the spirit of Optuna samplers) and the loop that drives it.
+"""The optimizer contract (ask/tell, in the spirit of Optuna samplers) and the driver that owns
+the decision protocol.
 
-An optimizer never calls the model for scoring itself: it asks for (candidate, example ids) and
-is told the per-example records. The driver owns the evaluator, the budget and the log, so every
-strategy spends budget the same way and finishes gracefully when the cap is hit. Proposer and
-critic calls go through a `Proposer` charged to the same ledger.
+An optimizer proposes and ranks; it never decides what counts as a real gain. It asks for
+(candidate, example ids) and is told the per-example records, or asks for a `Challenge` (a
+candidate against its incumbent) that the driver walks through the staged paired accept rule
+with a family-wise correction per `Sweep`. It exposes its `ranking()` (leader first) and the
+`family()` its leader was selected from. The driver owns the evaluator, the budget, the log,
+the anytime curve and the baseline top-up; the held-out verdict comes after, in
+`prompttune.evaluation.verdict`, for every optimizer alike.
 """
 
 from __future__ import annotations
@@ -54,6 +58,25 @@ class TrialRequest:
     purpose: str = "evaluate"
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """A family of challenges whose false accepts are bounded together: each of its `size`
+    planned challenges gets alpha / size (Bonferroni, valid for any dependence and order)."""
+
+    number: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """Replace `incumbent` by `candidate`? Decided by the driver on a prefix of `order`."""
+
+    candidate: Candidate
+    incumbent: Candidate
+    order: tuple[str, ...]
+    sweep: Sweep
+
+
 def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
     """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec."""
     digest = hashlib.sha1(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
@@ -61,6 +84,8 @@ def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
 
 
 class Optimizer(ABC):
+    """One search strategy: `ask` for work, digest it in `tell`, rank what it has seen."""
+
     name: ClassVar[str]
 
     def __init__(self, context: SearchContext, proposer: Proposer | None = None) -> None:
@@ -69,6 +94,7 @@ class Optimizer(ABC):
         self.proposer = proposer
         self.memo: dict[str, dict[str, Record]] = {}
         self.baseline = context.space.default_candidate()
+        self.sweeps = 0
 
     def option(self, key: str, default: Any) -> Any:
         """An `--option KEY=VALUE` setting, coerced to the default's type."""
@@ -84,17 +110,30 @@ class Optimizer(ABC):
         """Calls left under the cap (the proposer shares the search ledger); None = no cap."""
         return self.proposer.ledger.remaining_calls() if self.proposer else None
 
-    @abstractmethod
-    def ask(self) -> TrialRequest | None:
-        """Next evaluation wanted, or None when the strategy is finished."""
+    def open_sweep(self, size: int) -> Sweep:
+        """Declare the next `size` challenges as one family (see `Sweep`)."""
+        self.sweeps += 1
+        return Sweep(self.sweeps, max(size, 1))
 
     @abstractmethod
+    def ask(self) -> TrialRequest | Challenge | None:
+        """Next evaluation or challenge wanted, or None when the strategy is finished."""
+
     def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
-        """Digest the records; return the decision to log (e.g. accepted, p-value)."""
+        """Digest the records of a TrialRequest; return facts to log with the trial."""
+        return {}
+
+    def tell_challenge(self, challenge: Challenge, decision: Decision) -> None:
+        """The driver's decision on a challenge this optimizer asked for."""
+        raise NotImplementedError(f"{self.name} asked for a challenge but does not digest one")
 
     @abstractmethod
-    def best(self) -> tuple[Candidate, float]:
-        """Best accepted candidate so far and its dev objective (anytime behaviour)."""
+    def ranking(self) -> list[Candidate]:
+        """Candidates in the strategy's order of preference on dev, leader first; [] before any."""
+
+    @abstractmethod
+    def family(self) -> int:
+        """How many candidates the leader was selected from (for the selection-bias scale)."""
 
     def report_lines(self) -> list[str]:
         """Optimizer-specific facts for report.md (e.g. share of the space evaluated)."""
@@ -118,161 +157,200 @@ class Optimizer(ABC):
     def score_on(self, candidate: Candidate, ids: Sequence[str]) -> float:
         return self.context.score(self.records(candidate, ids))
 
-
-class StagedChallenge:
-    """One candidate-vs-incumbent decision, walked through the accept rule's stages.
-
-    Both prompts are scored on the same prefix of a fixed example order, so the comparison is
-    paired; the decision uses all paired examples so far (exact one-sided McNemar).
-    """
-
-    def __init__(self, optimizer: Optimizer, candidate: Candidate, incumbent: Candidate,
-                 order: Sequence[str], rule: AcceptRule) -> None:
-        self.optimizer, self.candidate, self.incumbent = optimizer, candidate, incumbent
-        self.order, self.rule = list(order), rule
-        self.n = min(rule.stages[0], len(self.order))
-
-    def next_request(self) -> TrialRequest | None:
-        ids = self.order[: self.n]
-        for who, purpose in ((self.incumbent, "incumbent"), (self.candidate, "challenge")):
-            todo = self.optimizer.missing(who, ids)
-            if todo:
-                return TrialRequest(who, todo, purpose)
-        return None
-
-    def decide(self) -> Decision:
-        ids = self.order[: self.n]
-        decision = self.rule.decide(self.optimizer.correct(self.candidate, ids),
-                                    self.optimizer.correct(self.incumbent, ids),
-                                    final=self.n >= len(self.order))
-        if decision.verdict == "continue":
-            self.n = min(self.rule.next_n(self.n) or len(self.order), len(self.order))
-        return decision
+    def dev_ids_of(self, candidate: Candidate) -> list[str]:
+        """The dev examples a candidate was scored on, in dev order."""
+        seen = self.memo.get(candidate.id, {})
+        return [i for i in self.context.dev_ids if i in seen]
 
 
 class IncumbentSearch(Optimizer):
     """Shared machinery of hill-climbers (COPLE, P2G): an incumbent that a candidate replaces
-    only through a staged paired challenge on one fixed dev order."""
+    only when the driver accepts a challenge on one fixed dev order."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.order: list[str] = self.rng.permutation(self.context.dev_ids).tolist()
+        self.order: tuple[str, ...] = tuple(self.rng.permutation(self.context.dev_ids).tolist())
         self.incumbent = self.baseline
         self.accepted: list[Candidate] = []
-        self.challenge: StagedChallenge | None = None
+        self.challenged = 0
 
-    def challenge_with(self, candidate: Candidate) -> None:
-        self.challenge = StagedChallenge(self, candidate, self.incumbent, self.order, self.context.accept_rule)
+    def challenge(self, candidate: Candidate, sweep: Sweep) -> Challenge:
+        self.challenged += 1
+        return Challenge(candidate, self.incumbent, self.order, sweep)
 
     def on_accept(self, candidate: Candidate) -> None:
         """Hook: the strategy's bookkeeping when a challenger wins."""
 
-    def decide_challenge(self) -> dict[str, Any]:
-        assert self.challenge is not None
-        decision = self.challenge.decide()
-        if decision.verdict != "continue":
-            if decision.verdict == "accept":
-                self.incumbent = self.challenge.candidate
-                self.accepted.append(self.incumbent)
-                self.on_accept(self.incumbent)
-            self.challenge = None
-        return decision_log(decision)
+    def tell_challenge(self, challenge: Challenge, decision: Decision) -> None:
+        if decision.verdict == "accept":
+            self.incumbent = challenge.candidate
+            self.accepted.append(challenge.candidate)
+            self.on_accept(challenge.candidate)
 
-    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
-        if self.challenge is None or self.challenge.next_request() is not None:
-            return {}
-        return self.decide_challenge()
+    def ranking(self) -> list[Candidate]:
+        """The incumbent, then the ones it replaced, newest first."""
+        return [*reversed(self.accepted), self.baseline]
 
-    def baseline_topup(self) -> TrialRequest | None:
-        """At the end: the baseline on the leader's examples, for the final paired verdict."""
-        if not self.accepted:
-            return None
-        leader_ids = [i for i in self.order if i in self.memo.get(self.accepted[-1].id, {})]
-        todo = self.missing(self.baseline, leader_ids)
-        return TrialRequest(self.baseline, todo, "baseline top-up") if todo else None
-
-    def best(self) -> tuple[Candidate, float]:
-        checked = [i for i in self.order if i in self.memo.get(self.baseline.id, {})]
-        if not checked:
-            raise RuntimeError("the baseline was not scored yet")
-        if self.accepted:
-            leader = self.accepted[-1]
-            shared = [i for i in checked if i in self.memo[leader.id]]
-            if final_accept(self, leader, shared).verdict == "accept":
-                return leader, self.score_on(leader, shared)
-        return self.baseline, self.score_on(self.baseline, checked)
+    def family(self) -> int:
+        return 1 + self.challenged
 
 
 def decision_log(decision: Decision) -> dict[str, Any]:
     c = decision.comparison
     return {"decision": decision.verdict, "paired_n": decision.n, "b": c.b, "c": c.c,
-            "p": round(decision.p_value, 6)}
-
-
-def final_accept(optimizer: Optimizer, winner: Candidate, ids: Sequence[str],
-                 family: int = 1) -> Decision:
-    """The winner against the baseline on the same examples, Bonferroni-corrected for the
-    `family` of candidates it was selected from (a max over F noisy scores needs it)."""
-    rule = AcceptRule(stages=(len(ids),), alpha=optimizer.context.accept_rule.alpha / max(family, 1))
-    return rule.decide(optimizer.correct(winner, ids), optimizer.correct(optimizer.baseline, ids),
-                       final=True)
+            "p": round(decision.p_value, 6), "threshold": float(f"{decision.threshold:.3g}")}
 
 
 @dataclass
 class SearchOutcome:
-    best: Candidate
-    best_dev_score: float
+    """What the search hands to the verdict: the dev ranking and how the leader compares on dev."""
+
+    ranking: list[Candidate]
+    family: int
+    leader_dev_score: float
+    leader_dev_n: int
+    baseline_dev_score: float  # on the leader's dev examples (paired)
+    baseline_dev_n: int
     n_trials: int
     n_candidates: int
     stopped_by_budget: bool
     anytime: list[tuple[int, float]]
     notes: list[str]
+    challenges: int = 0
+    sweeps: int = 0
+    challenge_accepts: int = 0
+    sweeps_with_accept: int = 0
+
+    @property
+    def leader(self) -> Candidate:
+        return self.ranking[0]
 
 
-def run_search(optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,
-               on_trial: Callable[[dict], None] | None = None) -> SearchOutcome:
-    """Ask, evaluate, tell, log — until the optimizer is done or the budget cap is reached."""
-    number = 0
-    seen: set[str] = set()
-    stopped_by_budget = False
-    anytime: list[tuple[int, float]] = []
-    space = optimizer.context.space
-    while True:
+class SearchDriver:
+    """Runs one optimizer: evaluates its requests, decides its challenges, logs every trial."""
+
+    def __init__(self, optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,
+                 on_trial: Callable[[dict], None] | None = None) -> None:
+        self.optimizer, self.evaluator, self.storage, self.on_trial = optimizer, evaluator, storage, on_trial
+        self.number = 0
+        self.seen: set[str] = set()
+        self.anytime: list[tuple[int, float]] = []
+        self.sweep_use: dict[int, int] = {}
+        self.sweep_accepts: dict[int, int] = {}
+
+    def run(self) -> SearchOutcome:
+        """Ask, evaluate or challenge, tell, log — until the optimizer is done or the cap is hit."""
+        stopped_by_budget = False
         try:
-            request = optimizer.ask()
-            if request is None:
-                break
-            records = evaluator.evaluate(request.candidate.spec, request.example_ids)
+            while (request := self.optimizer.ask()) is not None:
+                if isinstance(request, Challenge):
+                    self.optimizer.tell_challenge(request, self.run_challenge(request))
+                else:
+                    records = self.evaluate(request)
+                    self.log(request, records, self.optimizer.tell(request, records))
+                self.baseline_topup()
         except BudgetExhausted:
             stopped_by_budget = True
-            break
-        optimizer.observe(request, records)
-        decision = optimizer.tell(request, records)
-        seen.add(request.candidate.id)
+        return self.outcome(stopped_by_budget)
+
+    def evaluate(self, request: TrialRequest) -> list[Record]:
+        records = self.evaluator.evaluate(request.candidate.spec, request.example_ids)
+        self.optimizer.observe(request, records)
+        self.seen.add(request.candidate.id)
+        return records
+
+    def run_challenge(self, challenge: Challenge) -> Decision:
+        """Staged paired looks at the sweep's share of alpha; both prompts on the same prefix."""
+        opt, rule = self.optimizer, self.optimizer.context.accept_rule
+        used = self.sweep_use.get(challenge.sweep.number, 0) + 1
+        if used > challenge.sweep.size:
+            raise RuntimeError(f"{opt.name}: sweep {challenge.sweep.number} planned {challenge.sweep.size} "
+                               "challenges and asked for more")
+        self.sweep_use[challenge.sweep.number] = used
+        alpha = rule.alpha / challenge.sweep.size
+        n_max = len(challenge.order)
+        n = rule.looks(n_max)[0]
+        while True:
+            ids = challenge.order[:n]
+            last: tuple[TrialRequest, list[Record]] | None = None
+            for who, purpose in ((challenge.incumbent, "incumbent"), (challenge.candidate, "challenge")):
+                if todo := opt.missing(who, ids):
+                    request = TrialRequest(who, todo, purpose)
+                    last = (request, self.evaluate(request))
+            decision = rule.decide(opt.correct(challenge.candidate, ids), opt.correct(challenge.incumbent, ids),
+                                   n_max, alpha)
+            if last is not None:
+                self.log(*last, {**decision_log(decision), "sweep": challenge.sweep.number,
+                                "sweep_size": challenge.sweep.size})
+            if decision.verdict != "continue":
+                if decision.verdict == "accept":
+                    self.sweep_accepts[challenge.sweep.number] = self.sweep_accepts.get(challenge.sweep.number, 0) + 1
+                return decision
+            n = rule.next_n(n, n_max)
+
+    def leader_score(self) -> tuple[float, int] | None:
+        ranking = self.optimizer.ranking()
+        if not ranking:
+            return None
+        ids = self.optimizer.dev_ids_of(ranking[0])
+        return (self.optimizer.score_on(ranking[0], ids), len(ids)) if ids else None
+
+    def log(self, request: TrialRequest, records: list[Record], facts: dict[str, Any]) -> None:
+        space = self.optimizer.context.space
         trial = {
-            "number": number,
+            "number": self.number,
             "candidate_id": request.candidate.id,
             "purpose": request.purpose,
             "dimensions": request.candidate.values(space),
             "n": len(records),
-            "score": optimizer.context.score(records),
+            "score": self.optimizer.context.score(records),
             "accuracy": sum(r.correct for r in records) / len(records),
-            "budget_spent": evaluator.ledger.calls,
-            "tokens_spent": evaluator.ledger.tokens,
-            **decision,
+            "budget_spent": self.evaluator.ledger.calls,
+            "tokens_spent": self.evaluator.ledger.tokens,
+            **facts,
         }
         if not request.candidate.assignment:
             trial["instruction"] = request.candidate.spec.instruction
             trial["demo_ids"] = list(request.candidate.spec.demo_ids)
+        if (leader := self.leader_score()) is not None:
+            self.anytime.append((self.evaluator.ledger.calls, leader[0]))
+            trial["best_so_far"] = leader[0]
+        self.storage.append(trial)
+        if self.on_trial:
+            self.on_trial(trial)
+        self.number += 1
+
+    def baseline_topup(self) -> None:
+        """The baseline on each new leader's dev examples, so dev comparisons stay paired."""
+        opt = self.optimizer
+        leader = next(iter(opt.ranking()), opt.baseline)
+        if leader.id != opt.baseline.id and (todo := opt.missing(opt.baseline, opt.dev_ids_of(leader))):
+            request = TrialRequest(opt.baseline, todo, "baseline top-up")
+            self.log(request, self.evaluate(request), {})
+
+    def outcome(self, stopped_by_budget: bool) -> SearchOutcome:
+        opt = self.optimizer
         try:
-            anytime.append((evaluator.ledger.calls, optimizer.best()[1]))
-            trial["best_so_far"] = anytime[-1][1]
-        except RuntimeError:
-            pass
-        storage.append(trial)
-        if on_trial:
-            on_trial(trial)
-        number += 1
-    best, best_score = optimizer.best()
-    return SearchOutcome(best, best_score, number, len(seen), stopped_by_budget, anytime,
-                         optimizer.report_lines())
+            self.baseline_topup()
+        except BudgetExhausted:
+            stopped_by_budget = True
+        ranking = opt.ranking() or [opt.baseline]
+        leader_ids = opt.dev_ids_of(ranking[0])
+        paired = [i for i in leader_ids if i in opt.memo.get(opt.baseline.id, {})]
+
+        def score(candidate: Candidate, ids: list[str]) -> float:
+            return opt.score_on(candidate, ids) if ids else float("nan")  # never scored on dev
+        return SearchOutcome(
+            ranking=ranking, family=opt.family(),
+            leader_dev_score=score(ranking[0], leader_ids), leader_dev_n=len(leader_ids),
+            baseline_dev_score=score(opt.baseline, paired), baseline_dev_n=len(paired),
+            n_trials=self.number, n_candidates=len(self.seen), stopped_by_budget=stopped_by_budget,
+            anytime=self.anytime, notes=opt.report_lines(), challenges=sum(self.sweep_use.values()),
+            sweeps=len(self.sweep_use), challenge_accepts=sum(self.sweep_accepts.values()),
+            sweeps_with_accept=len(self.sweep_accepts))
+
+
+def run_search(optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,
+               on_trial: Callable[[dict], None] | None = None) -> SearchOutcome:
+    """Drive `optimizer` to the end of its search or of the budget."""
+    return SearchDriver(optimizer, evaluator, storage, on_trial).run()

@@ -2,8 +2,8 @@
 
 Candidate programs: zero-shot, labeled-only demos, an unshuffled bootstrap, and shuffled
 bootstraps with k in 1..max_demos. A bootstrap keeps train examples the current prompt answers
-correctly as demos. Every program is scored on the full dev split; the best one must still beat
-the baseline in a Bonferroni-corrected paired test.
+correctly as demos. Every program is scored on the full dev split and ranked by its score; the
+held-out verdict decides whether the leader ships.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept, spec_candidate
+from prompttune.optimizers.base import Optimizer, TrialRequest, spec_candidate
 from prompttune.search_spaces.space import Candidate
 
 
@@ -61,14 +61,14 @@ class BootstrapFewShotRandomSearch(Optimizer):
             return {"demos": len(request.candidate.spec.demo_ids)}
         return {}
 
-    def best(self) -> tuple[Candidate, float]:
-        if not any(c.id == self.baseline.id for c, _ in self.scored):
-            raise RuntimeError("the baseline was not scored on dev yet")
-        leader, score = max(self.scored, key=lambda t: t[1])
-        dev = self.context.dev_ids
-        if leader.id != self.baseline.id and final_accept(self, leader, dev, len(self.scored)).verdict == "accept":
-            return leader, score
-        return self.baseline, self.score_on(self.baseline, dev)
+    def ranking(self) -> list[Candidate]:
+        """Programs scored on dev, best first (the zero-shot baseline wins ties)."""
+        order = sorted(range(len(self.scored)),
+                       key=lambda i: (-self.scored[i][1], self.scored[i][0].id != self.baseline.id, i))
+        return [self.scored[i][0] for i in order]
+
+    def family(self) -> int:
+        return len(self.scored)
 
     def report_lines(self) -> list[str]:
         solved = sum(self.memo.get(self.baseline.id, {}).get(i) is not None

@@ -4,9 +4,10 @@
    the drop in the gold label's probability on a proxy batch of dev examples.
 2. For the `m` most influential words, try up to `C` meaning-preserving alternatives — from the
    space's word-slot lists, a synonym source (WordNet), or the proposer — one word at a time.
-3. A change is kept only when the staged paired accept rule says so; sweeps repeat until one
-   accepts nothing (then, optionally, one free-form rewrite by the proposer is challenged and,
-   if accepted, refinement resumes) or the budget ends.
+3. A change is kept only when the driver accepts its challenge. A sweep's alternatives are all
+   drawn when it starts, so the sweep is one family of that many challenges (false accepts
+   bounded per sweep). Sweeps repeat until one accepts nothing (then, optionally, one free-form
+   rewrite by the proposer is challenged and, if accepted, refinement resumes) or the budget ends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 
 from prompttune.errors import UserError
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.base import Challenge, IncumbentSearch, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 from prompttune.search_spaces.synonyms import synonym_source
@@ -66,10 +67,10 @@ class CoordinateWordSearch(IncumbentSearch):
         self.synonyms = self.option("synonyms", "wordnet")
         self.proxy = tuple(self.order[: self.proxy_size])
         self.ranked: list[int] | None = None
-        self.queue: list[tuple[int, Candidate]] = []
-        self.sweep_slots: list[int] = []
+        self.queue: list[tuple[int, str]] = []
+        self.sweep: Sweep | None = None
         self.sweep_accepts = 0
-        self.sweeps = 0
+        self.accepted_slots: set[int] = set()
         self.challenge_slot = -1
         self.rewritten = False
         self.done = False
@@ -113,27 +114,36 @@ class CoordinateWordSearch(IncumbentSearch):
         return sorted(range(len(words)), key=lambda k: -drops[k])[: self.top_m]
 
     def _start_sweep(self) -> None:
-        self.sweeps += 1
+        """Draw every alternative of every ranked slot now: the sweep's size is then known."""
         self.sweep_accepts = 0
-        self.sweep_slots = list(self.ranked or [])
+        self.accepted_slots = set()
+        instruction = self.incumbent.spec.instruction
+        words = content_words(instruction)
+        self.queue = []
+        for slot in self.ranked or []:
+            if slot < len(words):
+                alternatives = self._alternatives(words[slot].group(), instruction)
+                self.nominal *= 1 + len(alternatives)
+                self.queue += [(slot, alt) for alt in alternatives]
+        self.sweep = self.open_sweep(len(self.queue))
 
-    def _next_slot_queue(self) -> bool:
-        """Alternatives of the next slot of this sweep; False when the sweep is over."""
-        while self.sweep_slots:
-            slot = self.sweep_slots.pop(0)
-            instruction = self.incumbent.spec.instruction
-            words = content_words(instruction)
-            if slot >= len(words):
+    def _next_challenge(self) -> Challenge | None:
+        """The next alternative of this sweep that makes a new prompt; one accept per slot."""
+        while self.queue:
+            slot, word = self.queue.pop(0)
+            if slot in self.accepted_slots or (slot >= 0 and slot >= len(content_words(self.incumbent.spec.instruction))):
                 continue
-            alternatives = self._alternatives(words[slot].group(), instruction)
-            self.nominal *= 1 + len(alternatives)
-            self.queue = [(slot, self._variant(slot, alt)) for alt in alternatives]
-            if self.queue:
-                return True
-        return False
+            candidate = (self._variant(slot, word) if slot >= 0 else
+                         spec_candidate(self.incumbent.spec.with_updates(instruction=word), "cople-rewrite"))
+            if candidate.id in self.evaluated:
+                continue
+            self.evaluated.add(candidate.id)
+            self.challenge_slot = slot
+            return self.challenge(candidate, self.sweep)
+        return None
 
     # -- ask / tell -------------------------------------------------------------------------
-    def ask(self) -> TrialRequest | None:
+    def ask(self) -> TrialRequest | Challenge | None:
         while not self.done:
             if todo := self.missing(self.incumbent, self.proxy):
                 return TrialRequest(self.incumbent, todo, "proxy")
@@ -143,19 +153,8 @@ class CoordinateWordSearch(IncumbentSearch):
                         return TrialRequest(self._variant(k, ""), todo, f"leave-one-out {k}")
                 self.ranked = self._rank_slots()
                 self._start_sweep()
-            if self.challenge is not None:
-                if request := self.challenge.next_request():
-                    return request
-                self.decide_challenge()
-                continue
-            if self.queue:
-                slot, candidate = self.queue.pop(0)
-                self.evaluated.add(candidate.id)
-                self.challenge_slot = slot
-                self.challenge_with(candidate)
-                continue
-            if self._next_slot_queue():
-                continue
+            if challenge := self._next_challenge():
+                return challenge
             if self.sweep_accepts:
                 self._start_sweep()
             elif self.rewrite and not self.rewritten and self.proposer is not None:
@@ -163,7 +162,7 @@ class CoordinateWordSearch(IncumbentSearch):
                 self._queue_rewrite()
             else:
                 self.done = True
-        return self.baseline_topup()
+        return None
 
     def _queue_rewrite(self) -> None:
         spec = self.incumbent.spec
@@ -172,18 +171,20 @@ class CoordinateWordSearch(IncumbentSearch):
             f"meaning. Keep the answer options {', '.join(spec.label_words)}.\nRewritten instruction:"),
             spec.label_words)
         if text is not None:
-            self.queue = [(-1, spec_candidate(spec.with_updates(instruction=text), "cople-rewrite"))]
+            self.queue = [(-1, text)]
+            self.sweep = self.open_sweep(1)
 
     def on_accept(self, candidate: Candidate) -> None:
         self.sweep_accepts += 1
-        self.queue = []  # one accepted change per slot, then the next slot
+        self.accepted_slots.add(self.challenge_slot)  # one accepted change per slot
         if self.challenge_slot < 0:  # a free-form rewrite: rank its words afresh
             self.ranked = None
+            self.queue = []
 
     def report_lines(self) -> list[str]:
         share = (len(self.evaluated) - 1) / max(self.nominal, 1)
         words = len(content_words(self.baseline.spec.instruction))
-        return [f"COPLE: {self.sweeps} sweep(s) over the {min(self.top_m, words)} most influential of "
+        return [f"COPLE: {self.sweeps} sweep(s) (each one family of challenges) over the {min(self.top_m, words)} most influential of "
                 f"{words} instruction words (leave-one-out "
                 f"influence on {len(self.proxy)} dev examples); {len(self.evaluated) - 1} word variants "
                 f"challenged, {len(self.accepted)} accepted; {share:.2%} of the nominal lexical space "

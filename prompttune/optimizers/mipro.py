@@ -4,8 +4,9 @@ Instruction candidates come from the proposer, grounded in a dataset summary, sa
 a random style tip; demo sets come from bootstrapping; any other dimensions of the space join
 the search. Optuna's multivariate TPE picks combinations scored on minibatches; every
 `full_eval_every` trials the best-by-minibatch candidate gets a full dev evaluation, and the best
-full evaluation wins (after a paired test against the baseline). Unlike DSPy, all trials in one
-period share one minibatch, so their comparisons are paired.
+full evaluation leads; its family counts every candidate TPE tried, since the minibatches
+pre-selected it. Unlike DSPy, all trials in one period share one minibatch, so their
+comparisons are paired.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import optuna
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept, spec_candidate
+from prompttune.optimizers.base import Optimizer, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 
@@ -145,16 +146,17 @@ class Mipro(Optimizer):
             return {"full_eval": True}
         return {}
 
-    def best(self) -> tuple[Candidate, float]:
+    def ranking(self) -> list[Candidate]:
+        """Fully evaluated candidates and the baseline by full dev score (the baseline wins ties)."""
         dev = self.context.dev_ids
         if self.missing(self.baseline, dev):
-            raise RuntimeError("the baseline was not scored on dev yet")
-        if self.full_scores:
-            best_id = max(self.full_scores, key=self.full_scores.__getitem__)
-            leader = self.candidates[best_id]
-            if final_accept(self, leader, dev, family=len(self.full_scores)).verdict == "accept":
-                return leader, self.full_scores[best_id]
-        return self.baseline, self.score_on(self.baseline, dev)
+            return []
+        scores = {self.baseline.id: self.score_on(self.baseline, dev), **self.full_scores}
+        pool = {self.baseline.id: self.baseline, **self.candidates}
+        return [pool[i] for i in sorted(scores, key=lambda i: (-scores[i], i != self.baseline.id))]
+
+    def family(self) -> int:
+        return 1 + len(self.candidates)
 
     def report_lines(self) -> list[str]:
         return [f"MIPRO: {len(self.instructions or [])} instructions × {len(self.demo_sets)} demo sets × "

@@ -4,8 +4,9 @@ Score a train minibatch with the incumbent, then critique false positives (predi
 ≠ c: "make it stricter about c") and false negatives (gold c, predicted ≠ c: "make it more
 inclusive for c") separately — never pooled, because the two need opposite edits. Each critique
 feeds edit calls that write candidate instructions; a candidate replaces the incumbent only
-through the staged paired accept rule on dev. Expansion is a tree: each accepted node is
-expanded again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
+when the driver accepts its challenge on dev. The children of one expansion form one sweep
+(false accepts bounded per expansion). Expansion is a tree: each accepted node is expanded
+again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.base import Challenge, IncumbentSearch, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 
@@ -64,6 +65,7 @@ class SplitErrorCritique(IncumbentSearch):
         self.expansions = 0
         self.barren = 0  # expansions since the last accepted edit
         self.queue: list[Candidate] = []
+        self.sweep: Sweep | None = None
         self.critiques: list[str] = []
         self.done = False
 
@@ -120,18 +122,10 @@ class SplitErrorCritique(IncumbentSearch):
                         children[child.id] = child
         return list(children.values())[: self.nodes_per_level]
 
-    def ask(self) -> TrialRequest | None:
+    def ask(self) -> TrialRequest | Challenge | None:
         while not self.done:
-            if todo := self.missing(self.baseline, self.order[: self.context.accept_rule.stages[0]]):
-                return TrialRequest(self.baseline, todo, "baseline")
-            if self.challenge is not None:
-                if request := self.challenge.next_request():
-                    return request
-                self.decide_challenge()
-                continue
             if self.queue:
-                self.challenge_with(self.queue.pop(0))
-                continue
+                return self.challenge(self.queue.pop(0), self.sweep)
             # Depth: accepted edits on the path from the baseline (each expands the new node).
             if len(self.accepted) >= self.max_depth or self.barren >= self.patience:
                 self.done = True
@@ -140,9 +134,10 @@ class SplitErrorCritique(IncumbentSearch):
                 return TrialRequest(self.incumbent, todo, "train minibatch")
             # A barren expansion (no valid edit, or none accepted) tries the next minibatch.
             self.queue = self._expand()
+            self.sweep = self.open_sweep(len(self.queue))
             self.expansions += 1
             self.barren += 1
-        return self.baseline_topup()
+        return None
 
     def on_accept(self, candidate: Candidate) -> None:
         self.queue = []  # expand the accepted node next (depth-first)

@@ -3,8 +3,8 @@
 For sensitivity audits: within a budget it estimates how far apart the best and worst formats
 of a space are. Arms are sampled formats; each pull scores an arm on its next batch of examples
 from one shared order; Beta posteriors start from a prior centred on the baseline's accuracy.
-The first half of the budget maximises, the second half minimises. Between the two, the baseline
-is scored on the leader's examples, so the final paired verdict uses all of them.
+The first half of the budget maximises, the second half minimises. The leader is the arm with
+the highest posterior mean; the driver pairs it with the baseline and the held-out verdict decides.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept
+from prompttune.optimizers.base import Optimizer, TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 
@@ -38,7 +38,6 @@ class FormatSpread(Optimizer):
         self.beta = np.ones(len(self.arms))
         self.pulls = np.zeros(len(self.arms), dtype=int)
         self.spent = 0
-        self.topped_up = False
 
     def _next_ids(self, arm: int) -> tuple[str, ...]:
         start = self.pulls[arm] * self.batch
@@ -51,11 +50,6 @@ class FormatSpread(Optimizer):
     def ask(self) -> TrialRequest | None:
         if self.pulls[0] == 0:
             return TrialRequest(self.baseline, self._next_ids(0), "baseline")
-        if self.phase == "minimise" and not self.topped_up:
-            self.topped_up = True
-            leader = self.arms[self._extremes()[0]]
-            if todo := self.missing(self.baseline, [i for i in self.context.dev_ids if i in self.memo[leader.id]]):
-                return TrialRequest(self.baseline, todo, "baseline top-up")
         open_arms = [i for i in range(len(self.arms)) if self._next_ids(i)]
         if not open_arms:
             return None
@@ -85,15 +79,14 @@ class FormatSpread(Optimizer):
         means = self._means()
         return max(pulled, key=means.__getitem__), min(pulled, key=means.__getitem__)
 
-    def best(self) -> tuple[Candidate, float]:
-        if self.pulls[0] == 0:
-            raise RuntimeError("the baseline was not scored yet")
-        top, _ = self._extremes()
-        leader = self.arms[top]
-        shared = [i for i in self.context.dev_ids if i in self.memo[leader.id] and i in self.memo[self.baseline.id]]
-        if top != 0 and shared and final_accept(self, leader, shared, len(self.arms)).verdict == "accept":
-            return leader, self.score_on(leader, list(self.memo[leader.id]))
-        return self.baseline, self.score_on(self.baseline, list(self.memo[self.baseline.id]))
+    def ranking(self) -> list[Candidate]:
+        """Pulled arms by posterior mean, highest first (the baseline wins ties)."""
+        means = self._means()
+        pulled = [i for i in range(len(self.arms)) if self.pulls[i] > 0]
+        return [self.arms[i] for i in sorted(pulled, key=lambda i: (-means[i], i))]
+
+    def family(self) -> int:
+        return len(self.arms)
 
     def spread_summary(self) -> dict[str, Any]:
         """Best and worst arm by posterior mean, with their observed accuracy and the spread."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from prompttune.errors import UserError
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest, final_accept
+from prompttune.optimizers.base import Optimizer, TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))
@@ -63,6 +63,7 @@ class SuccessiveHalving(Optimizer):
         self.round = 0
         self.survivors = self._initial(schedule[0][0])
         self.n_initial = len(self.survivors)
+        self.ranked: list[Candidate] = []
         self.block_start = 0
 
     def _initial(self, width: int) -> list[Candidate]:
@@ -96,31 +97,26 @@ class SuccessiveHalving(Optimizer):
                     return TrialRequest(candidate, todo, f"round {self.round + 1}")
             self._advance()
             return self.ask()
-        # After the schedule: score the baseline on the leader's examples for the paired verdict.
-        todo = self.missing(self.baseline, self._finished_ids())
-        return TrialRequest(self.baseline, todo, "baseline top-up") if todo else None
+        return None
 
     def _advance(self) -> None:
         self.block_start += self.schedule[self.round][1]
         self.round += 1
-        seen = self._finished_ids()
-        self.survivors = sorted(self.survivors, key=lambda c: self.score_on(c, seen), reverse=True)
+        ids = self._finished_ids()
+        self.ranked = sorted(self.survivors, key=lambda c: (-self.score_on(c, ids), c.id != self.baseline.id))
+        self.survivors = self.ranked
         if self.round < len(self.schedule):
             self.survivors = self.survivors[: self.schedule[self.round][0]]
 
     def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
         return {"round": min(self.round + 1, len(self.schedule))}
 
-    def best(self) -> tuple[Candidate, float]:
-        ids = self._finished_ids()
-        if not ids:
-            raise RuntimeError("no round finished yet")
-        leader = self.survivors[0]
-        if leader.id != self.baseline.id and not self.missing(self.baseline, ids):
-            if final_accept(self, leader, ids, family=self.n_initial).verdict == "accept":
-                return leader, self.score_on(leader, ids)
-        base_ids = [i for i in ids if i in self.memo.get(self.baseline.id, {})]
-        return self.baseline, self.score_on(self.baseline, base_ids)
+    def ranking(self) -> list[Candidate]:
+        """Survivors of the last finished round, by score on all its examples (baseline wins ties)."""
+        return self.ranked
+
+    def family(self) -> int:
+        return self.n_initial
 
     def report_lines(self) -> list[str]:
         """Cost against the grid: every first-round candidate at the final round's example count."""

@@ -1,0 +1,110 @@
+"""Error rates and power of the verdict protocol, for every optimizer, on the synthetic oracle.
+
+The oracle (a test device with known per-prompt accuracies, `prompttune.backends.oracle`) runs
+the real search driver and the real held-out verdict (`tests/oracle_setup.py`): train 200 /
+dev 300 / test 1000, budget 3000 calls, base accuracy 0.6. Conditions:
+
+- null: every prompt 0.6 accurate, coins independent across prompts, or correlated through a
+  shared per-example difficulty (Gaussian copula, rho 0.5);
+- +5 / +10 points: prompts that say "Pick" or carry two or more demos are better by that much
+  (every optimizer can reach one: word slot, proposed instruction or demo set).
+
+Reported with Clopper-Pearson 95% intervals: how often a run confirms (null: false confirm;
+otherwise power = the shipped prompt is confirmed and truly better), how often the dev winner is
+truly better, and, for cople and p2g, the share of dev sweeps with a false accept (null only).
+
+Run from the repository root: python benchmarks/error_rates.py --seeds 200 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/oracle_setup.py: the test device
+
+from statsmodels.stats.proportion import proportion_confint  # noqa: E402
+
+from prompttune.search_spaces.prompt import PromptSpec, render, select_demos  # noqa: E402
+from tests.oracle_setup import (ERROR_RATE_SIZES, error_rate_accuracy, error_rate_proposer,  # noqa: E402
+                                error_rate_space, is_better, run_oracle)
+
+OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro")
+CONDITIONS = {"null": (0.0, 0.0), "null-corr": (0.0, 0.5), "+5": (0.05, 0.0), "+10": (0.10, 0.0),
+              "+5-corr": (0.05, 0.5), "+10-corr": (0.10, 0.5)}
+BUDGET = 3000
+
+
+def one_run(job: tuple[str, str, int]) -> dict:
+    """One search and verdict; whether it confirmed, and whether what ships is truly better."""
+    name, condition, seed = job
+    delta, rho = CONDITIONS[condition]
+    run = run_oracle(name, BUDGET, seed=seed, sizes=ERROR_RATE_SIZES, space=error_rate_space(),
+                     accuracy=error_rate_accuracy(delta), proposals=error_rate_proposer(), correlation=rho)
+    train = {e.id: e for e in run.task.splits["train"]}
+    example = run.task.splits["test"][0]
+
+    def better(spec: PromptSpec) -> bool:
+        return is_better(run.backend.to_text(render(spec, example, select_demos(spec, train))))
+
+    verdict, outcome = run.verdict, run.outcome
+    return {"optimizer": name, "condition": condition, "seed": seed,
+            "confirmed": verdict.confirmed is not None,
+            "ships_better": verdict.confirmed is not None and better(verdict.shipped.spec),
+            "leader_better": better(outcome.leader.spec),
+            "sweeps": outcome.sweeps, "sweeps_with_accept": outcome.sweeps_with_accept,
+            "calls": run.ledger.calls}
+
+
+def rate(k: int, n: int) -> str:
+    low, high = proportion_confint(k, n, alpha=0.05, method="beta")
+    return f"{k / n:.1%} [{low:.1%}, {high:.1%}]"
+
+
+def table(results: list[dict], conditions: list[str], optimizers: list[str]) -> str:
+    nulls = [c for c in conditions if c.startswith("null")]
+    alts = [c for c in conditions if not c.startswith("null")]
+    head = ([f"false confirm, {c}" for c in nulls] + [f"power, {c}" for c in alts]
+            + ["sweeps with a false accept (null, both)"])
+    lines = ["| optimizer | " + " | ".join(head) + " |", "| --- " * (len(head) + 1) + "|"]
+    for name in optimizers:
+        cells = []
+        for c in conditions:
+            runs = [r for r in results if r["optimizer"] == name and r["condition"] == c]
+            key = "confirmed" if c.startswith("null") else "ships_better"
+            cells.append(rate(sum(r[key] for r in runs), len(runs)) if runs else "–")
+        null_runs = [r for r in results if r["optimizer"] == name and r["condition"] in nulls]
+        sweeps = sum(r["sweeps"] for r in null_runs)
+        cells.append(rate(sum(r["sweeps_with_accept"] for r in null_runs), sweeps) + f" of {sweeps}"
+                     if sweeps else "– (no dev challenges)")
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
+    parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    args = parser.parse_args()
+    optimizers, conditions = args.optimizers.split(","), args.conditions.split(",")
+    jobs = [(o, c, s) for o in optimizers for c in conditions for s in range(args.seeds)]
+    started = time.time()
+    with ProcessPoolExecutor(args.workers) as pool:
+        results = list(pool.map(one_run, jobs, chunksize=8))
+    print(f"{len(jobs)} runs ({args.seeds} seeds × {len(optimizers)} optimizers × {len(conditions)} conditions), "
+          f"budget {BUDGET}, dev {ERROR_RATE_SIZES.dev}, test {ERROR_RATE_SIZES.test}, α = 0.05 (test), "
+          f"dev α = 0.10 per sweep; {time.time() - started:.0f} s\n")
+    print(table(results, conditions, optimizers))
+    leader = {c: sum(r["leader_better"] for r in results if r["condition"] == c) for c in conditions}
+    per = len(optimizers) * args.seeds
+    print("\nDev winner truly better (all optimizers pooled): "
+          + ", ".join(f"{c} {leader[c] / per:.1%}" for c in conditions if not c.startswith("null")))
+
+
+if __name__ == "__main__":
+    main()
