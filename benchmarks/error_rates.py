@@ -28,9 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/oracle_
 
 from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 
-from prompttune.search_spaces.prompt import PromptSpec, render, select_demos  # noqa: E402
-from tests.oracle_setup import (ERROR_RATE_SIZES, error_rate_accuracy, error_rate_proposer,  # noqa: E402
-                                error_rate_space, is_better, run_oracle)
+from tests.oracle_setup import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
 
 OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro")
 CONDITIONS = {"null": (0.0, 0.0), "null-corr": (0.0, 0.5), "+5": (0.05, 0.0), "+10": (0.10, 0.0),
@@ -39,24 +37,10 @@ BUDGET = 3000
 
 
 def one_run(job: tuple[str, str, int]) -> dict:
-    """One search and verdict; whether it confirmed, and whether what ships is truly better."""
     name, condition, seed = job
     delta, rho = CONDITIONS[condition]
-    run = run_oracle(name, BUDGET, seed=seed, sizes=ERROR_RATE_SIZES, space=error_rate_space(),
-                     accuracy=error_rate_accuracy(delta), proposals=error_rate_proposer(), correlation=rho)
-    train = {e.id: e for e in run.task.splits["train"]}
-    example = run.task.splits["test"][0]
-
-    def better(spec: PromptSpec) -> bool:
-        return is_better(run.backend.to_text(render(spec, example, select_demos(spec, train))))
-
-    verdict, outcome = run.verdict, run.outcome
     return {"optimizer": name, "condition": condition, "seed": seed,
-            "confirmed": verdict.confirmed is not None,
-            "ships_better": verdict.confirmed is not None and better(verdict.shipped.spec),
-            "leader_better": better(outcome.leader.spec),
-            "sweeps": outcome.sweeps, "sweeps_with_accept": outcome.sweeps_with_accept,
-            "calls": run.ledger.calls}
+            **error_rate_run(name, BUDGET, seed, delta, rho)}
 
 
 def rate(k: int, n: int) -> str:

@@ -13,7 +13,7 @@ from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, get_optimizer, run_search
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
-from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.storage import InMemoryStorage
 from prompttune.tasks.base import SplitSizes, Task
@@ -123,3 +123,20 @@ def error_rate_proposer():
         turn[0] += 1
         return (GOOD_INSTRUCTION, *OTHER_INSTRUCTIONS)[turn[0] % 3]
     return propose
+
+
+def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float) -> dict:
+    """One search and verdict on the error-rate problem: did it confirm, is what ships truly better?"""
+    run = run_oracle(name, budget, seed=seed, sizes=ERROR_RATE_SIZES, space=error_rate_space(),
+                     accuracy=error_rate_accuracy(delta), proposals=error_rate_proposer(), correlation=rho)
+    train = {e.id: e for e in run.task.splits["train"]}
+    example = run.task.splits["test"][0]
+
+    def better(spec: PromptSpec) -> bool:
+        return is_better(run.backend.to_text(render(spec, example, select_demos(spec, train))))
+
+    verdict, outcome = run.verdict, run.outcome
+    return {"confirmed": verdict.confirmed is not None,
+            "ships_better": verdict.confirmed is not None and better(verdict.shipped.spec),
+            "leader_better": better(outcome.leader.spec), "leader_is_baseline": outcome.leader.id == run.optimizer.baseline.id,
+            "sweeps": outcome.sweeps, "sweeps_with_accept": outcome.sweeps_with_accept, "calls": run.ledger.calls}
