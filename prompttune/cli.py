@@ -44,7 +44,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _optimize(args: argparse.Namespace) -> int:
     from prompttune.config import RunConfig
+    from prompttune.optimizers import get_optimizer
+    from prompttune.optimizers.base import describe_options
     from prompttune.runner import run_optimization
+
+    if args.help_options:
+        print(f"options of {args.optimizer} (--option KEY=VALUE):")
+        print("\n".join(f"  {line}" for line in describe_options(get_optimizer(args.optimizer).Options)))
+        return 0
 
     config = RunConfig(
         task=args.task, data_dir=args.data_dir, space=args.space, optimizer=args.optimizer,
@@ -115,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--objective", default="accuracy",
                      help="accuracy, macro_f1, valid_rate or service_accuracy")
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                     help="optimizer option (repeatable)")
+                     help="optimizer option (repeatable); --help-options lists them")
+    opt.add_argument("--help-options", action="store_true", help="list the options of --optimizer and exit")
     opt.add_argument("--alpha", type=float, default=0.05,
                      help="level of the one held-out test that decides what ships (default 0.05)")
     opt.add_argument("--confirm-top", type=int, default=1, metavar="K",

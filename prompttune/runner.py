@@ -21,7 +21,7 @@ from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_v
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives.stats import AcceptRule
-from prompttune.optimizers import SearchContext, get_optimizer, run_search
+from prompttune.optimizers import SearchContext, checked_optimizer, run_search
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.report import describe_change, print_summary, write_report
@@ -116,7 +116,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     console = console or Console(stderr=True)
     task = load_run_task(config)
     space = load_space(config, task)
-    optimizer_cls = get_optimizer(config.optimizer)
+    optimizer_cls = checked_optimizer(config.optimizer, config.optimizer_options)
     require_dev_budget(config, task)
     own_backend = backend is None
     backend = backend or build_backend(config)

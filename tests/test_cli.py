@@ -23,6 +23,11 @@ def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
     (["--budget", "10"], "budget 10 too small"),
     (["--budget", "0"], "invalid option budget"),
     (["--option", "novalue"], "--option expects KEY=VALUE"),
+    (["--optimizer", "sh", "--option", "etaa=3"], "sh: unknown option 'etaa' (options: eta, min_examples, schedule)"),
+    (["--optimizer", "sh", "--option", "eta=abc"], "sh: option eta='abc'"),
+    (["--optimizer", "sh", "--option", "eta=1"], "greater than or equal to 2"),  # would never finish
+    (["--optimizer", "sh", "--option", "schedule=fast"], "sh: option schedule='fast'"),
+    (["--optimizer", "p2g", "--option", "representatives=umap"], "p2g: option representatives='umap'"),
 ])
 def test_bad_input_is_one_line_with_exit_code_2(capsys, data_dir: Path, tmp_path: Path, argv, message) -> None:
     args = ["optimize", "--runs-dir", str(tmp_path), *argv]
@@ -31,6 +36,20 @@ def test_bad_input_is_one_line_with_exit_code_2(capsys, data_dir: Path, tmp_path
     code, err = _run(capsys, *args)
     assert code == 2
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_bad_options_leave_no_run_directory(capsys, data_dir: Path, tmp_path: Path) -> None:
+    code, _ = _run(capsys, "optimize", "--runs-dir", str(tmp_path / "runs"), "--data-dir", str(data_dir),
+                   "--optimizer", "mipro", "--option", "trials=0")
+    assert code == 2 and not (tmp_path / "runs").exists()
+
+
+def test_help_options_lists_every_option_with_its_default(capsys) -> None:
+    assert main(["optimize", "--optimizer", "cople", "--help-options"]) == 0
+    out = capsys.readouterr().out
+    for line in ("m (int, default 10)", "C (int, default 8)", "rewrite (bool, default False)",
+                 "synonyms (str, default 'wordnet')"):
+        assert line in out
 
 
 def test_labels_absent_from_custom_data(capsys, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.optimizers import OPTIMIZERS
+from prompttune.optimizers import OPTIMIZERS, checked_optimizer
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
@@ -30,9 +30,11 @@ DSPY_NOT_OFFERED = {
 }
 
 
-def check_arms(arms: list[str]) -> None:
-    """Unknown or infeasible names fail before any model is loaded."""
+def check_arms(arms: list[str], options: dict[str, dict[str, Any]]) -> None:
+    """Unknown or infeasible names, and bad options, fail before any model is loaded."""
     for arm in arms:
+        if arm in OPTIMIZERS:
+            checked_optimizer(arm, options.get(arm, {}))
         if arm in DSPY_NOT_OFFERED:
             raise UserError(f"{arm} is not offered: {DSPY_NOT_OFFERED[arm]}")
         if arm not in OPTIMIZERS and arm not in DSPY_ARMS:

@@ -60,7 +60,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 backend: Backend | None = None, console: Console | None = None) -> Comparison:
     started = time.time()
     console = console or Console(stderr=True)
-    check_arms(arms)
+    check_arms(arms, options)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     task = load_run_task(config)

@@ -19,8 +19,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from prompttune.errors import BudgetExhausted
+from prompttune.errors import BudgetExhausted, UserError
 from prompttune.evaluation.evaluator import Evaluator, Record
 from prompttune.objectives import get_objective
 from prompttune.objectives.stats import AcceptRule, Decision
@@ -77,6 +78,34 @@ class Challenge:
     sweep: Sweep
 
 
+class OptimizerOptions(BaseModel):
+    """An optimizer's `--option KEY=VALUE` settings: typed, with defaults; unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def validate_options(name: str, options_model: type[OptimizerOptions], values: dict[str, Any]) -> OptimizerOptions:
+    """Typed options, or one line naming the bad key and what was expected."""
+    try:
+        return options_model.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(map(str, err["loc"])) or "?"
+        known = ", ".join(options_model.model_fields) or "none"
+        if err["type"] == "extra_forbidden":
+            raise UserError(f"{name}: unknown option {key!r} (options: {known})") from None
+        raise UserError(f"{name}: option {key}={err.get('input')!r}: {err['msg']}") from None
+
+
+def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
+    """One line per option: name, type, default, what it does (for --help-options)."""
+    lines = []
+    for key, info in options_model.model_fields.items():
+        kind = getattr(info.annotation, "__name__", str(info.annotation))
+        lines.append(f"{key} ({kind}, default {info.default!r}): {info.description or ''}".rstrip(": "))
+    return lines or ["(no options)"]
+
+
 def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
     """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec."""
     digest = hashlib.sha1(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
@@ -87,19 +116,16 @@ class Optimizer(ABC):
     """One search strategy: `ask` for work, digest it in `tell`, rank what it has seen."""
 
     name: ClassVar[str]
+    Options: ClassVar[type[OptimizerOptions]] = OptimizerOptions
 
     def __init__(self, context: SearchContext, proposer: Proposer | None = None) -> None:
         self.context = context
+        self.options = validate_options(self.name, self.Options, context.options)
         self.rng = np.random.default_rng(context.seed)
         self.proposer = proposer
         self.memo: dict[str, dict[str, Record]] = {}
         self.baseline = context.space.default_candidate()
         self.sweeps = 0
-
-    def option(self, key: str, default: Any) -> Any:
-        """An `--option KEY=VALUE` setting, coerced to the default's type."""
-        value = self.context.options.get(key, default)
-        return type(default)(value) if default is not None and value is not None else value
 
     def example_text(self, example_id: str, limit: int = 300) -> str:
         """A train example's input text, for proposer and critic prompts."""

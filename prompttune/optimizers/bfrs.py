@@ -11,18 +11,28 @@ from __future__ import annotations
 from typing import Any
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest, spec_candidate
+from pydantic import Field
+
+from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.search_spaces.space import Candidate
+
+
+class BFRSOptions(OptimizerOptions):
+    max_demos: int = Field(4, ge=1, description="most demos in one program")
+    programs: int = Field(8, ge=2, description="programs scored on dev, the zero-shot baseline included")
+    bootstrap_pool: int = Field(64, ge=1, description="train examples the baseline answers to find demos")
+
 
 
 class BootstrapFewShotRandomSearch(Optimizer):
     name = "bfrs"
+    Options = BFRSOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.max_demos = self.option("max_demos", 4)
-        self.n_programs = self.option("programs", 8)
-        self.pool_ids = self.context.train_ids[: self.option("bootstrap_pool", 64)]
+        self.max_demos = self.options.max_demos
+        self.n_programs = self.options.programs
+        self.pool_ids = self.context.train_ids[: self.options.bootstrap_pool]
         self.programs: list[Candidate] | None = None
         self.scored: list[tuple[Candidate, float]] = []
 

@@ -16,10 +16,12 @@ import re
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from prompttune.errors import UserError
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Challenge, IncumbentSearch, Sweep, TrialRequest, spec_candidate
+from prompttune.optimizers.base import (Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest,
+                                        spec_candidate)
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 from prompttune.search_spaces.synonyms import synonym_source
@@ -55,16 +57,26 @@ def gold_probability(records: list[Record]) -> float:
     return float(np.mean(values))
 
 
+class CopleOptions(OptimizerOptions):
+    m: int = Field(10, ge=1, description="most influential instruction words searched")
+    C: int = Field(8, ge=1, description="alternatives tried per word")
+    proxy: int = Field(40, ge=1, description="dev examples of the leave-one-out influence")
+    rewrite: bool = Field(False, description="one free-form proposer rewrite when a sweep accepts nothing")
+    synonyms: str = Field("wordnet", description="synonym source for undeclared words ('' for none)")
+
+
+
 class CoordinateWordSearch(IncumbentSearch):
     name = "cople"
+    Options = CopleOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.top_m = self.option("m", 10)
-        self.alternatives_per_slot = self.option("C", 8)
-        self.proxy_size = self.option("proxy", 40)
-        self.rewrite = bool(self.option("rewrite", False))
-        self.synonyms = self.option("synonyms", "wordnet")
+        self.top_m = self.options.m
+        self.alternatives_per_slot = self.options.C
+        self.proxy_size = self.options.proxy
+        self.rewrite = self.options.rewrite
+        self.synonyms = self.options.synonyms
         self.proxy = tuple(self.order[: self.proxy_size])
         self.ranked: list[int] | None = None
         self.queue: list[tuple[int, str]] = []

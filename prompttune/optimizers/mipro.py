@@ -14,9 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
+from pydantic import Field
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest, spec_candidate
+from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 
@@ -26,17 +27,28 @@ STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category b
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+class MiproOptions(OptimizerOptions):
+    instructions: int = Field(5, ge=1, description="instruction candidates (the baseline's included)")
+    demo_sets: int = Field(4, ge=1, description="demo sets (zero-shot included)")
+    minibatch: int = Field(25, ge=1, description="dev examples per TPE trial")
+    full_eval_every: int = Field(6, ge=1, description="trials between full dev evaluations of the leader")
+    trials: int = Field(200, ge=1, description="most TPE trials")
+    bootstrap_pool: int = Field(48, ge=1, description="train examples the baseline answers to find demos")
+
+
+
 class Mipro(Optimizer):
     name = "mipro"
+    Options = MiproOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.n_instructions = self.option("instructions", 5)
-        self.n_demo_sets = self.option("demo_sets", 4)
-        self.minibatch_size = self.option("minibatch", 25)
-        self.full_eval_every = self.option("full_eval_every", 6)
-        self.max_trials = self.option("trials", 200)
-        self.pool_ids = self.context.train_ids[: self.option("bootstrap_pool", 48)]
+        self.n_instructions = self.options.instructions
+        self.n_demo_sets = self.options.demo_sets
+        self.minibatch_size = self.options.minibatch
+        self.full_eval_every = self.options.full_eval_every
+        self.max_trials = self.options.trials
+        self.pool_ids = self.context.train_ids[: self.options.bootstrap_pool]
         space = self.context.space
         # Dimensions that write the instruction are replaced by the proposed instruction pool.
         self.format_dims = [d for d in space.dimensions

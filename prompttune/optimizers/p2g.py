@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Challenge, IncumbentSearch, Sweep, TrialRequest, spec_candidate
+from prompttune.optimizers.base import (Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest,
+                                        spec_candidate)
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 
@@ -47,20 +49,34 @@ def error_directions(records: list[Record], n_classes: int, min_errors: int) -> 
     return sorted(directions, key=lambda d: -len(d.errors))
 
 
+class P2GOptions(OptimizerOptions):
+    minibatch: int = Field(160, ge=1, description="train examples critiqued per expansion")
+    min_errors: int = Field(20, ge=1, description="smallest FP or FN set worth a critique")
+    directions: int = Field(2, ge=1, description="error directions critiqued per expansion")
+    edits: int = Field(2, ge=1, description="edit calls per critique")
+    shown_errors: int = Field(3, ge=1, description="errors shown to the critic")
+    max_depth: int = Field(3, ge=1, description="accepted edits before stopping")
+    patience: int = Field(3, ge=1, description="expansions without an accepted edit before stopping")
+    nodes_per_level: int = Field(4, ge=1, description="children challenged per expansion")
+    representatives: Literal["random", "kmeans"] = Field("random", description="how shown errors are picked")
+
+
+
 class SplitErrorCritique(IncumbentSearch):
     name = "p2g"
+    Options = P2GOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.minibatch_size = self.option("minibatch", 160)
-        self.min_errors = self.option("min_errors", 20)
-        self.max_directions = self.option("directions", 2)
-        self.edits = self.option("edits", 2)
-        self.shown = self.option("shown_errors", 3)
-        self.max_depth = self.option("max_depth", 3)
-        self.patience = self.option("patience", 3)
-        self.nodes_per_level = self.option("nodes_per_level", 4)
-        self.representatives = self.option("representatives", "random")
+        self.minibatch_size = self.options.minibatch
+        self.min_errors = self.options.min_errors
+        self.max_directions = self.options.directions
+        self.edits = self.options.edits
+        self.shown = self.options.shown_errors
+        self.max_depth = self.options.max_depth
+        self.patience = self.options.patience
+        self.nodes_per_level = self.options.nodes_per_level
+        self.representatives = self.options.representatives
         self.tried = {self.baseline.id}
         self.expansions = 0
         self.barren = 0  # expansions since the last accepted edit

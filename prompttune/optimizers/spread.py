@@ -12,20 +12,29 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest
+from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.search_spaces.space import Candidate
+
+
+class SpreadOptions(OptimizerOptions):
+    formats: int = Field(30, ge=2, description="formats (arms) sampled, the baseline included")
+    batch: int = Field(20, ge=1, description="examples per pull")
+    prior_strength: float = Field(5.0, ge=0, description="pulls' worth of the baseline-centred prior")
+
 
 
 class FormatSpread(Optimizer):
     name = "spread"
+    Options = SpreadOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.batch = self.option("batch", 20)
-        self.prior_strength = self.option("prior_strength", 5.0)
-        n_arms = self.option("formats", 30)
+        self.batch = self.options.batch
+        self.prior_strength = self.options.prior_strength
+        n_arms = self.options.formats
         space = self.context.space
         arms = {self.baseline.id: self.baseline}
         for _ in range(50 * n_arms):

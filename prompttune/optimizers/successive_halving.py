@@ -8,11 +8,13 @@ survivors, so comparisons stay paired — and ranks them on all blocks seen so f
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from prompttune.errors import UserError
 from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest
+from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))
@@ -41,21 +43,26 @@ def auto_schedule(budget: int, n_dev: int, space_size: int, eta: int, min_exampl
     return list(zip(widths(k0), blocks))
 
 
+class SHOptions(OptimizerOptions):
+    eta: int = Field(4, ge=2, description="keep the best 1/eta each round; blocks grow by eta")
+    min_examples: int = Field(20, ge=1, description="examples per candidate in the first round")
+    schedule: Literal["auto", "seed"] = Field("auto", description="auto fills the budget; seed is 1,440×20 → … → 5×500")
+
+
+
 class SuccessiveHalving(Optimizer):
     name = "sh"
+    Options = SHOptions
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         dev = self.context.dev_ids
         space = self.context.space
-        eta = self.option("eta", 4)
-        preset = self.option("schedule", "auto")
-        if preset == "seed":
+        if self.options.schedule == "seed":
             schedule = list(SEED_SCHEDULE)
-        elif preset == "auto":
-            schedule = auto_schedule(self.context.budget, len(dev), space.size().value, eta, self.option("min_examples", 20))
         else:
-            raise UserError(f"sh: unknown schedule {preset!r} (use auto or seed)")
+            schedule = auto_schedule(self.context.budget, len(dev), space.size().value, self.options.eta,
+                                     self.options.min_examples)
         if sum(n for _, n in schedule) > len(dev):
             raise UserError(f"sh: schedule needs {sum(n for _, n in schedule)} dev examples, "
                             f"dev has {len(dev)} (raise --dev-size)")
