@@ -31,7 +31,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default="agnews", help="agnews, sst2, or a task YAML file")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
     parser.add_argument("--space", help="search-space YAML file (default: the task's built-in space)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="search seed: sampling, proposals (default 0)")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw (default 0)")
     add_backend_arguments(parser)
     parser.add_argument("--scoring", default="logit",
                         help="logit (default) or generate; evaluate also takes calibrated")
@@ -76,7 +77,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, sample=args.sample,
         split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
         posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, budget=args.budget,
-        max_new_tokens=args.max_new_tokens, seed=args.seed, train_size=args.train_size, dev_size=args.dev_size,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, split_seed=args.split_seed, train_size=args.train_size, dev_size=args.dev_size,
         test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = run_evaluation(config)
     first = result.settings[0].summary
@@ -131,7 +132,6 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--dev-alpha", type=float, default=0.10,
                      help="family-wise false-accept level of each sweep of dev challenges (cople, p2g)")
     opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
-    opt.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw")
     opt.set_defaults(handler=_optimize)
     add_evaluate_parser(commands)
     add_space_commands(commands)

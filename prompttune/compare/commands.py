@@ -63,5 +63,4 @@ def add_compare_commands(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
-    compare.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw shared by every arm")
     compare.set_defaults(handler=_compare)

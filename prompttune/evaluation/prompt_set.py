@@ -54,7 +54,8 @@ class EvaluateConfig(BackendConfig):
     top_k: int = Field(3, gt=0, description="k of the top-k IoU between settings")
     budget: int | None = Field(None, gt=0, description="optional hard cap on model calls")
     max_new_tokens: int = Field(16, gt=0, description="generation length (generate scoring, POSIX)")
-    seed: int = 0
+    seed: int = Field(0, description="sampling seed (--sample, ensembles)")
+    split_seed: int = Field(0, description="seed of the train/dev/test draw, as in optimize")
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)
     test_size: int = Field(1000, gt=0)
@@ -64,7 +65,7 @@ class EvaluateConfig(BackendConfig):
     def run_config(self) -> RunConfig:
         """The settings shared with `optimize` (model, run directory naming)."""
         backend = {name: getattr(self, name) for name in BackendConfig.model_fields}
-        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, runs_dir=self.runs_dir, **backend)
+        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, split_seed=self.split_seed, runs_dir=self.runs_dir, **backend)
 
     def settings(self) -> list[str]:
         """The scorings compared: `scoring`, plus calibrated (or raw logit) with --calibrate."""
@@ -216,7 +217,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None,
     console = console or Console(stderr=True)
     settings = config.settings()
     task = load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.seed)
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
     prompts = load_prompts(config, task)
     backend = backend or build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)

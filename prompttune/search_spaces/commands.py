@@ -29,7 +29,8 @@ def _add_task_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="search-space YAML file")
     parser.add_argument("--task", help="agnews, sst2, or a task YAML file (default: the file's `task`)")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw, as in optimize")
     parser.add_argument("--train-size", type=int, default=1000)
     parser.add_argument("--dev-size", type=int, default=300)
     parser.add_argument("--test-size", type=int, default=1000)
@@ -54,7 +55,7 @@ def _load(args: argparse.Namespace) -> tuple[SearchSpace, Task]:
         raise UserError(f"{args.file}: pass --task (agnews, sst2 or a task YAML file)"
                         + (f"; the space was written for {name!r}" if name else ""))
     task = load_task(name, args.data_dir, SplitSizes(args.train_size, args.dev_size, args.test_size),
-                     args.seed)
+                     args.split_seed)
     return load_space_file(args.file, task), task
 
 
