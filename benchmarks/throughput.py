@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from prompttune.backends.base import ScoreRequest
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
+from prompttune.core.types import ScoreRequest
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
 

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
+from prompttune.backends.base import Backend
 from prompttune.backends.factory import add_backend_arguments, backend_options, build_backend
+from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
 

@@ -3,7 +3,7 @@
 Run: PROMPTTUNE_DATA_DIR=../shared/data python examples/api_usage.py
 """
 
-from prompttune.config import RunConfig
+from prompttune.core.config import RunConfig
 from prompttune.runner import run_optimization
 
 

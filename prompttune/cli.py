@@ -13,7 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from prompttune.backends.factory import add_backend_arguments, backend_options
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.search_spaces.commands import add_space_commands
 
 EXIT_USAGE = 2
@@ -44,7 +44,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _optimize(args: argparse.Namespace) -> int:
-    from prompttune.config import RunConfig
+    from prompttune.core.config import RunConfig
     from prompttune.optimizers import get_optimizer
     from prompttune.optimizers.base import describe_options
     from prompttune.runner import run_optimization

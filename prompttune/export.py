@@ -18,11 +18,11 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from prompttune.config import RunConfig
-from prompttune.errors import UserError
-from prompttune.search_spaces.prompt import Prompt, PromptSpec, render
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example, Prompt
 from prompttune.runner import load_run_task
-from prompttune.tasks.base import Example
+from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
 
 if TYPE_CHECKING:
-    from prompttune.config import RunConfig
+    from prompttune.core.config import RunConfig
     from prompttune.runner import RunResult
     from prompttune.search_spaces.space import Candidate, SearchSpace
     from prompttune.tasks.base import Task

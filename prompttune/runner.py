@@ -5,29 +5,29 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
-from prompttune.config import RunConfig
-from prompttune.errors import UserError
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.core.storage import JsonlStorage
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, checked_optimizer, run_search
-from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.base import SearchOutcome
+from prompttune.optimizers.proposer import Proposer
 from prompttune.report import describe_change, print_summary, write_report
 from prompttune.search_spaces import Candidate, SearchSpace, default_space
 from prompttune.search_spaces.prompt import render, select_demos
-from prompttune.storage import JsonlStorage
 from prompttune.tasks import SplitSizes, Task, load_task
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.tasks.base import Example, SplitSizes, Task, make_splits
+from prompttune.core.types import Example
+from prompttune.tasks.base import SplitSizes, Task, make_splits
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("PROMPTTUNE_DATA_DIR", REPO.parent / "shared" / "data"))

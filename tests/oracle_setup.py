@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.core.storage import InMemoryStorage
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
@@ -15,7 +16,6 @@ from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
-from prompttune.storage import InMemoryStorage
 from prompttune.tasks.base import SplitSizes, Task
 from tests.conftest import synthetic_task
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.base import ScoreRequest
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.commands import add_compare_commands, parse_options
 from prompttune.compare.fairness import LeakWatch
 from prompttune.compare.run import run_compare
-from prompttune.config import RunConfig
-from prompttune.errors import BudgetExhausted, UserError
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.types import ScoreRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger

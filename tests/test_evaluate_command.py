@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.base import ScoreRequest, ScoreResult
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.cli import main
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import ScoreRequest, ScoreResult
 from prompttune.evaluation.prompt_set import EvaluateConfig, run_evaluation
 from prompttune.tasks import SplitSizes, load_task
 from tests.test_evaluation import CountingBackend

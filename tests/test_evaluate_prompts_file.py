@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
 from prompttune.evaluation.prompt_sources import load_prompts_file, template_spec
 from prompttune.search_spaces.prompt import render
-from prompttune.tasks.base import Example, Task
+from prompttune.tasks.base import Task
 
 TASK = Task("news", ["World", "Sports"], [["World", "world"], ["Sports", "sport"]], ["text"], {})
 PAIR_TASK = Task("nli", ["no", "yes"], [["No"], ["Yes"]], ["premise", "hypothesis"], {})

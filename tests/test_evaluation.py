@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
+from prompttune.backends.base import Backend
 from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.errors import BudgetExhausted
+from prompttune.core.errors import BudgetExhausted
+from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.extraction import extract_label

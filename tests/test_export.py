@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.export import add_export_command, export
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render

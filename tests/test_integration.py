@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.config import RunConfig
+from prompttune.core.config import RunConfig
 from prompttune.runner import build_backend, run_optimization
 from tests.test_evaluation import CountingBackend
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from statsmodels.stats.proportion import proportion_confint
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.objectives import (
     OBJECTIVES,
     accuracy,

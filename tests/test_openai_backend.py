@@ -14,13 +14,12 @@ from typing import Iterator
 
 import pytest
 
-from prompttune.backends.base import GenerateRequest, ScoreRequest
 from prompttune.backends.factory import build_backend
 from prompttune.backends.openai_backend import OpenAIBackend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest
 from prompttune.search_spaces import default_space, render
-from prompttune.search_spaces.prompt import Prompt
 from prompttune.tasks import SplitSizes, load_task
 from tests.llama_server import free_port, llama_server  # noqa: F401  (session fixture)
 

@@ -136,7 +136,7 @@ def test_proposals_are_checked_and_keep_the_label_set() -> None:
 
 
 def test_p2g_error_directions_keep_fp_and_fn_separate() -> None:
-    from prompttune.evaluation.evaluator import Record
+    from prompttune.core.types import Record
     from prompttune.optimizers.p2g import error_directions
 
     def rec(gold: int, pred: int) -> Record:

@@ -8,16 +8,14 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from prompttune.backends.base import Backend, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
-from prompttune.errors import UserError
+from prompttune.backends.base import Backend
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.prediction import (CalibratedPredictor, EnsemblePredictor, LogitPredictor,
-                                              make_predictor)
+from prompttune.evaluation.prediction import CalibratedPredictor, EnsemblePredictor, LogitPredictor, make_predictor
 from prompttune.evaluation.prompt_sources import template_spec
-from prompttune.search_spaces.prompt import Prompt
-from prompttune.tasks.base import Example
 
 WORDS = ("red", "green", "blue")
 EXAMPLES = {e.id: e for e in [Example("a", {"text": "alpha"}, 0), Example("b", {"text": "beta"}, 1),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from prompttune.backends.base import ScoreRequest, ScoreResult
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import ScoreRequest, ScoreResult
 from prompttune.evaluation.prompt_sources import template_spec
 from prompttune.evaluation.sensitivity import measure_posix
 from tests.test_prediction import WORDS, TableBackend, make_evaluator

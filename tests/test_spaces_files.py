@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.config import RunConfig
-from prompttune.errors import UserError
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
 from prompttune.runner import run_optimization
 from prompttune.search_spaces import Rule, WordNetSource, build_space, render
 from prompttune.search_spaces.commands import add_space_commands

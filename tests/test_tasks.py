@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.tasks import SplitSizes, load_task
 
 SMALL = SplitSizes(train=20, dev=12, test=16)

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from prompttune.evaluation.evaluator import Record
+from prompttune.core.types import Record
 from prompttune.export import load_winner
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.runner import run_optimization
 from tests.oracle_setup import run_oracle
-from tests.test_compare import oracle_config, oracle_for, task_of
+from tests.test_compare import oracle_config, oracle_for
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from prompttune.tasks import Example, SplitSizes, load_task
+from prompttune.core.types import Example
+from prompttune.tasks import SplitSizes, load_task
 
 TOPICS = ["world news", "sports", "business", "science and technology"]
 FIELDS = ["passage_1", "passage_2", "passage_3", "passage_4", "question"]

@@ -3,39 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
 
-from prompttune.search_spaces.prompt import Prompt
-
-
-@dataclass(frozen=True)
-class ScoreRequest:
-    """Teacher-forced log-probability of each continuation after `text`."""
-
-    text: str
-    continuations: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ScoreResult:
-    logprobs: tuple[float, ...]
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass(frozen=True)
-class GenerateRequest:
-    text: str
-    max_new_tokens: int
-
-
-@dataclass(frozen=True)
-class GenerateResult:
-    text: str
-    token_logprobs: tuple[float, ...]
-    prompt_tokens: int
-    completion_tokens: int
+from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 
 class Backend(ABC):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from prompttune.backends.base import Backend
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 
 BACKENDS = ("transformers", "openai", "vllm")
 DEFAULTS: dict[str, Any] = {"backend": "transformers", "base_url": [], "api_key_env": None,

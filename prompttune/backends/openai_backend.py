@@ -29,10 +29,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult)
-from prompttune.errors import UserError
-from prompttune.search_spaces.prompt import Prompt
+from prompttune.backends.base import Backend
+from prompttune.core.errors import UserError
+from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 log = logging.getLogger(__name__)
 

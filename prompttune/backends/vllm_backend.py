@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult, apply_chat_template)
-from prompttune.errors import UserError
-from prompttune.search_spaces.prompt import Prompt
+from prompttune.backends.base import Backend, apply_chat_template
+from prompttune.core.errors import UserError
+from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 _DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from prompttune.errors import BudgetExhausted
+from prompttune.core.errors import BudgetExhausted
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.ledger import BudgetLedger
 

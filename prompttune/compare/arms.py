@@ -11,8 +11,8 @@ from rich.console import Console
 
 from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.fairness import LeakWatch
-from prompttune.config import RunConfig
-from prompttune.errors import UserError
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger

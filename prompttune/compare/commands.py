@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 
 
 def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
@@ -25,7 +25,7 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
 def _compare(args: argparse.Namespace) -> int:
     from prompttune.backends.factory import backend_options
     from prompttune.compare.run import run_compare
-    from prompttune.config import RunConfig
+    from prompttune.core.config import RunConfig
 
     if args.seeds < 1:
         raise UserError("--seeds must be at least 1")

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from prompttune.backends.base import (Backend, GenerateRequest, GenerateResult, ScoreRequest,
-                                      ScoreResult)
-from prompttune.search_spaces.prompt import Prompt
+from prompttune.backends.base import Backend
+from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 from prompttune.tasks.base import Task
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
 from prompttune.compare.plot import plot_anytime
 from prompttune.compare.report import print_summary, write_report
 from prompttune.compare.summary import ArmSummary, PairTest, pairwise, summarize
-from prompttune.config import RunConfig
-from prompttune.errors import UserError
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 
 DSPY_VERSION = "3.4.1"  # the adapter follows this release's engine and adapter interfaces
 

@@ -26,16 +26,17 @@ import numpy as np
 
 from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.arms import ArmRun, Bench
+from prompttune.core.storage import JsonlStorage
+from prompttune.core.types import Record
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
 from prompttune.evaluation.confirmation import Verdict, held_out_verdict
-from prompttune.evaluation.evaluator import Evaluator, Record
+from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.base import spec_candidate
 from prompttune.search_spaces import Candidate
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.storage import JsonlStorage
 
 MIPRO_MODES = (("heavy", 18), ("medium", 12), ("light", 6))  # DSPy's auto modes: candidates per mode
 SUMMARY_CALLS = 11  # MIPROv2's dataset summary: at most 10 observation calls and one summary

@@ -20,10 +20,10 @@ from typing import Callable
 
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
 
-from prompttune.errors import BudgetExhausted
+from prompttune.core.errors import BudgetExhausted
+from prompttune.core.types import Prompt, Record
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.records import Record
-from prompttune.search_spaces.prompt import Prompt, PromptSpec, render, select_demos
+from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 
 Observer = Callable[[PromptSpec, Record], None]
 

@@ -14,8 +14,8 @@ from typing import Any, Literal, Mapping, Sequence
 
 import dspy
 
+from prompttune.core.types import Example
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.tasks.base import Example
 
 OUTPUT_FIELD = "label"
 

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Sequence
 
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.objectives.stats import (PairedComparison, adjust_pvalues, paired_bootstrap_ci, paired_compare,
-                                         wilson_ci)
+from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired_bootstrap_ci, paired_compare, wilson_ci
 from prompttune.search_spaces.space import Candidate
 
 

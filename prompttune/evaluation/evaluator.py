@@ -9,14 +9,14 @@ from __future__ import annotations
 import itertools
 from typing import Literal, Mapping, Sequence
 
-from prompttune.backends.base import Backend, GenerateRequest, ScoreRequest
-from prompttune.errors import UserError
+from prompttune.backends.base import Backend
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
 from prompttune.evaluation.cache import ResultCache, cache_key
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import Scoring, make_predictor
-from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query, Record
+from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
-from prompttune.tasks.base import Example
 
 __all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring"]
 

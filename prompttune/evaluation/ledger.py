@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from prompttune.errors import BudgetExhausted
+from prompttune.core.errors import BudgetExhausted
 
 
 @dataclass

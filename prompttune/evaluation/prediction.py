@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
 import numpy as np
 from scipy.special import logsumexp
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import Record
 from prompttune.evaluation.extraction import extract_label
-from prompttune.evaluation.records import Output, Query, Record, content_free_id
+from prompttune.evaluation.records import Output, Query, content_free_id
 from prompttune.search_spaces.prompt import PromptSpec
 
 if TYPE_CHECKING:

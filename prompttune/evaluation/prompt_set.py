@@ -15,19 +15,24 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
-from prompttune.config import BackendConfig, RunConfig
-from prompttune.errors import BudgetExhausted, UserError
+from prompttune.core.config import BackendConfig, RunConfig
+from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.types import Record
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
 from prompttune.evaluation.prompt_set_report import print_summary, write_outputs
 from prompttune.evaluation.prompt_sources import NamedPrompt, load_prompts_file, sample_space
-from prompttune.evaluation.records import Record
 from prompttune.evaluation.sensitivity import PosixResult, measure_posix
 from prompttune.objectives.metrics import macro_f1
-from prompttune.objectives.multiprompt import (PromptSetSummary, rank_agreement, summarize_prompt_set,
-                                               top_k_iou, top_two_gap)
+from prompttune.objectives.multiprompt import (
+    PromptSetSummary,
+    rank_agreement,
+    summarize_prompt_set,
+    top_k_iou,
+    top_two_gap,
+)
 from prompttune.objectives.stats import wilson_ci
 from prompttune.runner import build_backend, make_run_dir
 from prompttune.search_spaces import default_space

@@ -25,11 +25,11 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.yamlio import load_yaml
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import SearchSpace
 from prompttune.tasks.base import Task
-from prompttune.yamlio import load_yaml
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from prompttune.core.types import Example
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.tasks.base import Example
 
 CONTENT_FREE_PREFIX = "content-free:"
 
@@ -37,27 +37,3 @@ class Output:
     cached: bool
 
 
-@dataclass(frozen=True)
-class Record:
-    """Outcome of one prompt on one example; `pred` is None for an invalid response.
-
-    `label_logprobs` are the scores the prediction was taken from: raw label log-probs for
-    direct scoring, the adjusted (normalised) ones for calibrated and ensemble prediction.
-    """
-
-    example_id: str
-    gold: int
-    pred: int | None
-    label_logprobs: tuple[float, ...] | None
-    text: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached: bool
-
-    @property
-    def correct(self) -> bool:
-        return self.pred == self.gold
-
-    @property
-    def valid(self) -> bool:
-        return self.pred is not None

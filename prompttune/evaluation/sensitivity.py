@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.records import Query
 from prompttune.objectives.multiprompt import posix

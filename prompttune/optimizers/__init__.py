@@ -1,6 +1,6 @@
 """Optimizers: one file per strategy behind the ask/tell base class."""
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.optimizers.base import Optimizer, SearchContext, TrialRequest, run_search, validate_options
 from prompttune.optimizers.bfrs import BootstrapFewShotRandomSearch
 from prompttune.optimizers.cople import CoordinateWordSearch

@@ -21,14 +21,15 @@ from typing import Any, Callable, ClassVar, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from prompttune.errors import BudgetExhausted, UserError
-from prompttune.evaluation.evaluator import Evaluator, Record
+from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.storage import TrialStorage
+from prompttune.core.types import Record
+from prompttune.evaluation.evaluator import Evaluator
 from prompttune.objectives import get_objective
 from prompttune.objectives.stats import AcceptRule, Decision
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate, SearchSpace
-from prompttune.storage import TrialStorage
 
 
 @dataclass

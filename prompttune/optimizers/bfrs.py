@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prompttune.evaluation.evaluator import Record
 from pydantic import Field
 
+from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.search_spaces.space import Candidate
 

@@ -18,10 +18,9 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from prompttune.errors import UserError
-from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import (Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest,
-                                        spec_candidate)
+from prompttune.core.errors import UserError
+from prompttune.core.types import Record
+from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 from prompttune.search_spaces.synonyms import synonym_source

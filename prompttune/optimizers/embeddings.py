@@ -15,7 +15,7 @@ import torch
 from scipy.cluster.vq import kmeans2
 from transformers import AutoModel, AutoTokenizer
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 
 
 @lru_cache(maxsize=1)

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from pydantic import Field
 
-from prompttune.evaluation.evaluator import Record
+from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate

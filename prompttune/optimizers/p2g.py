@@ -18,9 +18,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from prompttune.evaluation.evaluator import Record
-from prompttune.optimizers.base import (Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest,
-                                        spec_candidate)
+from prompttune.core.types import Record
+from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from prompttune.backends.base import Backend, GenerateRequest
+from prompttune.backends.base import Backend
+from prompttune.core.types import GenerateRequest, Prompt
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.search_spaces.prompt import Prompt
 
 
 class Proposer:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from prompttune.evaluation.evaluator import Record
+from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, TrialRequest
 from prompttune.search_spaces.space import Assignment, Candidate
 

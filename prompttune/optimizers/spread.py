@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from prompttune.evaluation.evaluator import Record
+from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.search_spaces.space import Candidate
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from prompttune.errors import UserError
-from prompttune.evaluation.evaluator import Record
+from prompttune.core.errors import UserError
+from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.search_spaces.space import Candidate
 

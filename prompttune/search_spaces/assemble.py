@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 from prompttune.search_spaces.constraints import Constraint, Forbid, Rule, When, show_value
 from prompttune.search_spaces.demos import DEMO_SELECTIONS, FewShot
 from prompttune.search_spaces.grammars import GrammarContext, field_title

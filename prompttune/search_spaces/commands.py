@@ -15,9 +15,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import Prompt
 from prompttune.search_spaces.loader import load_space_file, parse_space_file
-from prompttune.search_spaces.prompt import Prompt, render, select_demos
+from prompttune.search_spaces.prompt import render, select_demos
 from prompttune.search_spaces.space import SearchSpace
 from prompttune.tasks import SplitSizes, Task, load_task
 from prompttune.tasks.builtin import BUILTIN

@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.tasks.base import Example
 
 DemoSelection = Callable[[Sequence[Example], int, np.random.Generator], list[Example]]
 

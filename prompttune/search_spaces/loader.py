@@ -6,12 +6,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.yamlio import load_yaml
 from prompttune.search_spaces.assemble import SpaceError, build_space
 from prompttune.search_spaces.schema import SpaceFile
 from prompttune.search_spaces.space import SearchSpace
 from prompttune.tasks.base import Task
-from prompttune.yamlio import load_yaml
 
 
 def validation_message(exc: ValidationError) -> str:

@@ -7,10 +7,10 @@ share the live format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal, Mapping, Sequence
 
-from prompttune.tasks.base import Example
+from prompttune.core.types import Example, Prompt
 
 
 @dataclass(frozen=True)
@@ -45,16 +45,6 @@ class PromptSpec:
 
     def with_updates(self, **changes: object) -> "PromptSpec":
         return replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """Rendered prompt: plain text, or chat messages plus the text that opens the assistant turn."""
-
-    text: str | None = None
-    messages: tuple[tuple[str, str], ...] | None = None
-    assistant_prefix: str = ""
-    label_continuations: tuple[str, ...] = field(default=())
 
 
 COT_TRIGGER = "Let's think step by step, then give the final answer after 'Final answer:'."

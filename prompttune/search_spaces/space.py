@@ -17,11 +17,11 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
 from prompttune.search_spaces.constraints import Constraint, as_constraint, show_value
 from prompttune.search_spaces.groups import ENUMERATE_LIMIT, Group, SpaceSize, count_valid, split_groups
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.tasks.base import Example
 
 Assignment = dict[str, int]
 Composer = Callable[[PromptSpec, Mapping[str, Any], Sequence[Example]], PromptSpec]

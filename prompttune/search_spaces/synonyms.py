@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Protocol
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 
 WORDNET_DIR_ENV = "PROMPTTUNE_WORDNET_DIR"
 POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}

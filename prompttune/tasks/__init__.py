@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
-from prompttune.errors import UserError
-from prompttune.tasks.base import Example, SplitSizes, Task
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
+from prompttune.tasks.base import SplitSizes, Task
 from prompttune.tasks.builtin import BUILTIN, load_builtin
 from prompttune.tasks.custom import load_custom
 

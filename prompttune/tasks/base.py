@@ -7,18 +7,10 @@ from typing import Literal
 
 import numpy as np
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
 
 SplitName = Literal["train", "dev", "test"]
-
-
-@dataclass(frozen=True)
-class Example:
-    """One labelled input; `id` is stable across runs so cache keys and pairing survive restarts."""
-
-    id: str
-    fields: dict[str, str]
-    label: int
 
 
 @dataclass

@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 from typing import Callable
 
-from prompttune.errors import UserError
-from prompttune.tasks.base import Example, SplitSizes, Task, check_labels, make_splits
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
+from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
 
 DATA_DIR_ENV = "PROMPTTUNE_DATA_DIR"
 

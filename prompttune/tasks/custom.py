@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from prompttune.errors import UserError
-from prompttune.yamlio import load_yaml
-from prompttune.tasks.base import Example, SplitSizes, Task, check_labels, make_splits
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
+from prompttune.core.yamlio import load_yaml
+from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
 
 _SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "val": "dev",
                   "test": "test"}

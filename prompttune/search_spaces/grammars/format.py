@@ -19,12 +19,11 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from prompttune.core.types import Example
 from prompttune.search_spaces.constraints import Rule, When
-from prompttune.search_spaces.grammars import (Casing, GrammarContext, SpacePart, apply_casing,
-                                               field_title, preferred)
+from prompttune.search_spaces.grammars import Casing, GrammarContext, SpacePart, apply_casing, field_title, preferred
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Dimension
-from prompttune.tasks.base import Example
 
 FIELD_SEPARATORS = ("", "::: ", ":: ", ": ", " \n\t", "\n    ", " : ", " - ", " ", "\n ", "\n\t",
                     ":", "::", "- ", "\t")

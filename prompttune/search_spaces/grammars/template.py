@@ -12,11 +12,11 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from prompttune.core.types import Example
 from prompttune.search_spaces.constraints import Constraint, When
 from prompttune.search_spaces.grammars import GrammarContext, SpacePart, preferred
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Dimension
-from prompttune.tasks.base import Example
 
 INPUTS = ("input: {}", "text: {}", "sentence: {}", "{}")
 OUTPUTS = ("output: {}", "target: {}", "label: {}", "{}")

@@ -15,10 +15,10 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from prompttune.core.types import Example
 from prompttune.search_spaces.grammars import Casing, GrammarContext, SpacePart, apply_casing
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Dimension
-from prompttune.tasks.base import Example
 
 IndexStyle = Literal["1", "01", "[1]", "(a)"]
 HEADERS = ("Document", "Passage", "Context", "Source", "Excerpt")

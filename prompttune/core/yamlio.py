@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from prompttune.errors import UserError
+from prompttune.core.errors import UserError
 
 
 class _Yaml12Loader(yaml.SafeLoader):

@@ -1,0 +1,1 @@
+"""Bottom layer: shared types, errors, configuration, YAML and trial storage; imports nothing above."""

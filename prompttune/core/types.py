@@ -1,0 +1,81 @@
+"""Types every layer shares: an example, a rendered prompt, backend requests and results, and a
+per-example record. They live at the bottom so backends, search spaces and evaluation need not
+import each other for them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled input; `id` is stable across runs so cache keys and pairing survive restarts."""
+
+    id: str
+    fields: dict[str, str]
+    label: int
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Rendered prompt: plain text, or chat messages plus the text that opens the assistant turn."""
+
+    text: str | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    assistant_prefix: str = ""
+    label_continuations: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class ScoreRequest:
+    """Teacher-forced log-probability of each continuation after `text`."""
+
+    text: str
+    continuations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScoreResult:
+    logprobs: tuple[float, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    text: str
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    text: str
+    token_logprobs: tuple[float, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Record:
+    """Outcome of one prompt on one example; `pred` is None for an invalid response.
+
+    `label_logprobs` are the scores the prediction was taken from: raw label log-probs for
+    direct scoring, the adjusted (normalised) ones for calibrated and ensemble prediction.
+    """
+
+    example_id: str
+    gold: int
+    pred: int | None
+    label_logprobs: tuple[float, ...] | None
+    text: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached: bool
+
+    @property
+    def correct(self) -> bool:
+        return self.pred == self.gold
+
+    @property
+    def valid(self) -> bool:
+        return self.pred is not None
