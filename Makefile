@@ -5,7 +5,7 @@ DATA   ?= $(or $(PROMPTTUNE_DATA_DIR),../shared/data)
 BUDGET ?= 2000
 STAMP  := $(VENV)/.prompttune-installed
 
-.PHONY: setup optimize test vllm-cpu-check
+.PHONY: setup optimize lint test vllm-cpu-check
 
 setup: $(STAMP)
 
@@ -22,7 +22,12 @@ $(STAMP): pyproject.toml
 optimize: setup
 	PROMPTTUNE_DATA_DIR=$(DATA) $(VENV)/bin/optimize --task agnews --budget $(BUDGET)
 
-test: setup
+# Style and layering first: ruff, then the import-linter contracts in pyproject.toml (layers, no cycles).
+lint: setup
+	$(VENV)/bin/ruff check prompttune tests benchmarks examples
+	$(VENV)/bin/lint-imports
+
+test: lint
 	PROMPTTUNE_DATA_DIR=$(DATA) $(PY) -m pytest -q
 
 # On demand: vLLM (CPU build) in its own venv, checked against the transformers backend.

@@ -3,8 +3,8 @@
 Run: PROMPTTUNE_DATA_DIR=../shared/data python examples/api_usage.py
 """
 
+from prompttune.commands.optimize import run_optimization
 from prompttune.core.config import RunConfig
-from prompttune.runner import run_optimization
 
 
 def main() -> None:

@@ -138,5 +138,6 @@ def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float) 
     verdict, outcome = run.verdict, run.outcome
     return {"confirmed": verdict.confirmed is not None,
             "ships_better": verdict.confirmed is not None and better(verdict.shipped.spec),
-            "leader_better": better(outcome.leader.spec), "leader_is_baseline": outcome.leader.id == run.optimizer.baseline.id,
+            "leader_better": better(outcome.leader.spec),
+            "leader_is_baseline": outcome.leader.id == run.optimizer.baseline.id,
             "sweeps": outcome.sweeps, "sweeps_with_accept": outcome.sweeps_with_accept, "calls": run.ledger.calls}

@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.commands.common import load_run_task
+from prompttune.commands.compare import add_parser as add_compare_commands
+from prompttune.commands.compare import parse_options, run_compare
+from prompttune.commands.optimize import run_optimization
 from prompttune.compare.arm_cache import ArmCache
-from prompttune.compare.commands import add_compare_commands, parse_options
 from prompttune.compare.fairness import LeakWatch
-from prompttune.compare.run import run_compare
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import ScoreRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.runner import load_run_task, run_optimization
 from prompttune.search_spaces import default_space
 from prompttune.tasks.base import Task
 from tests.test_evaluation import CountingBackend

@@ -9,17 +9,17 @@ import pytest
 
 dspy = pytest.importorskip("dspy")
 
+from prompttune.backends.factory import build_backend  # noqa: E402
+from prompttune.commands.compare import run_compare  # noqa: E402
+from prompttune.commands.export import export  # noqa: E402
 from prompttune.compare.arm_cache import ArmCache  # noqa: E402
-from prompttune.compare.run import run_compare  # noqa: E402
+from prompttune.compare.dspy_arm import exact_label, mipro_plan  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
-from prompttune.dspy_bridge.arms import exact_label, mipro_plan  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.evaluation.cache import ResultCache  # noqa: E402
 from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
-from prompttune.export import export  # noqa: E402
-from prompttune.runner import build_backend  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
 from tests.test_compare import oracle_config, oracle_for, task_of  # noqa: E402
 from tests.test_evaluation import CountingBackend  # noqa: E402

@@ -9,9 +9,9 @@ import pytest
 
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.cli import main
+from prompttune.commands.evaluate import EvaluateConfig, run_evaluation
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest, ScoreResult
-from prompttune.evaluation.prompt_set import EvaluateConfig, run_evaluation
 from prompttune.tasks import SplitSizes, load_task
 from tests.test_evaluation import CountingBackend
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from prompttune.backends.factory import build_backend
 from prompttune.cli import main
-from prompttune.evaluation import prompt_set
-from prompttune.runner import build_backend
+from prompttune.commands import evaluate as prompt_set
 from tests.test_evaluation import CountingBackend
 
 pytestmark = pytest.mark.integration

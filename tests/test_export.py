@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from prompttune.commands.export import add_parser as add_export_command
+from prompttune.commands.export import export
 from prompttune.core.errors import UserError
-from prompttune.export import add_export_command, export
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
 from tests.test_compare import oracle_config, task_of

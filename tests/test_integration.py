@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from prompttune.backends.factory import build_backend
+from prompttune.commands.optimize import run_optimization
 from prompttune.core.config import RunConfig
-from prompttune.runner import build_backend, run_optimization
 from tests.test_evaluation import CountingBackend
 
 pytestmark = pytest.mark.integration

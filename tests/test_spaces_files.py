@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.commands.optimize import run_optimization
+from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.runner import run_optimization
 from prompttune.search_spaces import Rule, WordNetSource, build_space, render
-from prompttune.search_spaces.commands import add_space_commands
 from prompttune.search_spaces.loader import load_space_file
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.search_spaces.synonyms import WORDNET_DIR_ENV

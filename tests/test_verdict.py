@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from prompttune.commands.export import load_winner
+from prompttune.commands.optimize import run_optimization
 from prompttune.core.types import Record
-from prompttune.export import load_winner
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
-from prompttune.runner import run_optimization
 from tests.oracle_setup import run_oracle
 from tests.test_compare import oracle_config, oracle_for
 
@@ -53,7 +53,8 @@ def test_confirm_top_k_tests_k_candidates_with_holm() -> None:
     run = run_oracle("random", 3000, confirm_top=3)
     tested = run.verdict.tested
     assert 1 <= len(tested) <= 3
-    assert [t.candidate.id for t in tested] == [c.id for c in run.outcome.ranking[:3] if c.id != run.optimizer.baseline.id]
+    top = [c.id for c in run.outcome.ranking[:3] if c.id != run.optimizer.baseline.id]
+    assert [t.candidate.id for t in tested] == top
     assert all(t.p_adjusted >= t.confirmation.comparison.p_one_sided for t in tested)
     if run.verdict.confirmed:
         assert run.verdict.shipped.id == next(t.candidate.id for t in tested if t.confirmed)

@@ -1,5 +1,5 @@
 """Compared arms: what every arm shares (the bench), what one arm-seed run yields, and how a
-prompttune optimizer runs as an arm. DSPy arms live in `prompttune.dspy_bridge.arms`."""
+prompttune optimizer runs as an arm (`prompttune.commands.compare`); DSPy arms in `dspy_arm`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.console import Console
 
-from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.fairness import LeakWatch
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -89,37 +88,3 @@ class ArmRun:
     search_requests: int
     test_leaks: int
     test_correct: list[bool] = field(default_factory=list)  # the winner on each test example
-
-
-def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
-    """A prompttune optimizer through the ordinary runner, on the shared model and cache view."""
-    from prompttune.runner import run_optimization
-
-    views: list[ArmCache] = []
-
-    def view(ledger: BudgetLedger) -> ArmCache:
-        views.append(ArmCache(bench.shared, ledger))
-        return views[-1]
-
-    start = len(bench.backend.flags)
-    result = run_optimization(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
-                              cache_view=view)
-    search = next(v for v in views if v.ledger is result.search_ledger)
-    confirming = next(v for v in views if v.ledger is result.confirm_ledger)
-    # Confirmation comes last, so the requests before its own are the search's.
-    stop = len(bench.backend.flags) - confirming.computed
-    outcome = result.outcome
-    # Some strategies (successive halving) name a leader only when a round finishes.
-    anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
-    return ArmRun(arm, seed, result.run_dir, result.baseline.spec, result.shipped.spec, outcome.leader_dev_score,
-                  result.confirmation, result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
-                  anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
-                  stop - start, bench.backend.leaks(start, stop))
-
-
-def run_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
-    if arm in DSPY_ARMS:
-        from prompttune.dspy_bridge.arms import run_dspy_arm
-
-        return run_dspy_arm(bench, arm, seed)
-    return run_prompttune_arm(bench, arm, seed)

@@ -65,7 +65,8 @@ def summarize(runs: list[ArmRun], arms: list[str], seeds: list[int]) -> list[Arm
         accs = [r.confirmation.best_accuracy for r in arm_runs]
         gains = [r.confirmation.gain for r in arm_runs]
         if len(arm_runs) >= 2:
-            acc_ci, gain_ci, kind = t_interval(accs, (0.0, 1.0)), t_interval(gains, (-1.0, 1.0)), "Student-t over seeds, clipped to the possible range"
+            acc_ci, gain_ci = t_interval(accs, (0.0, 1.0)), t_interval(gains, (-1.0, 1.0))
+            kind = "Student-t over seeds, clipped to the possible range"
         else:
             c = arm_runs[0].confirmation
             acc_ci, gain_ci, kind = c.best_ci, c.gain_ci, "one seed: Wilson / paired bootstrap"
@@ -82,7 +83,8 @@ def pairwise(summaries: list[ArmSummary]) -> list[PairTest]:
     for i, first in enumerate(top):
         for second in top[i + 1:]:
             pairs = {r.seed: r for r in second.runs}
-            tests += [PairTest(first.arm, second.arm, r.seed, paired_compare(r.test_correct, pairs[r.seed].test_correct))
+            tests += [PairTest(first.arm, second.arm, r.seed,
+                               paired_compare(r.test_correct, pairs[r.seed].test_correct))
                       for r in first.runs if r.seed in pairs]
     _, adjusted = adjust_pvalues([t.comparison.p_two_sided for t in tests], method="fdr_bh")
     for test, p in zip(tests, adjusted):

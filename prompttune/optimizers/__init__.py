@@ -11,7 +11,8 @@ from prompttune.optimizers.spread import FormatSpread
 from prompttune.optimizers.successive_halving import SuccessiveHalving
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {
-    cls.name: cls for cls in (RandomSearch, SuccessiveHalving, CoordinateWordSearch, SplitErrorCritique, BootstrapFewShotRandomSearch, Mipro, FormatSpread)
+    cls.name: cls for cls in (RandomSearch, SuccessiveHalving, CoordinateWordSearch, SplitErrorCritique,
+                              BootstrapFewShotRandomSearch, Mipro, FormatSpread)
 }
 
 
@@ -29,4 +30,5 @@ def checked_optimizer(name: str, options: dict) -> type[Optimizer]:
     return optimizer
 
 
-__all__ = ["OPTIMIZERS", "Optimizer", "SearchContext", "TrialRequest", "checked_optimizer", "get_optimizer", "run_search"]
+__all__ = ["OPTIMIZERS", "Optimizer", "SearchContext", "TrialRequest", "checked_optimizer", "get_optimizer",
+           "run_search"]

@@ -142,7 +142,8 @@ class CoordinateWordSearch(IncumbentSearch):
         """The next alternative of this sweep that makes a new prompt; one accept per slot."""
         while self.queue:
             slot, word = self.queue.pop(0)
-            if slot in self.accepted_slots or (slot >= 0 and slot >= len(content_words(self.incumbent.spec.instruction))):
+            words = len(content_words(self.incumbent.spec.instruction))
+            if slot in self.accepted_slots or slot >= words:
                 continue
             candidate = (self._variant(slot, word) if slot >= 0 else
                          spec_candidate(self.incumbent.spec.with_updates(instruction=word), "cople-rewrite"))
@@ -195,7 +196,8 @@ class CoordinateWordSearch(IncumbentSearch):
     def report_lines(self) -> list[str]:
         share = (len(self.evaluated) - 1) / max(self.nominal, 1)
         words = len(content_words(self.baseline.spec.instruction))
-        return [f"COPLE: {self.sweeps} sweep(s) (each one family of challenges) over the {min(self.top_m, words)} most influential of "
+        return [f"COPLE: {self.sweeps} sweep(s) (each one family of challenges) over the "
+                f"{min(self.top_m, words)} most influential of "
                 f"{words} instruction words (leave-one-out "
                 f"influence on {len(self.proxy)} dev examples); {len(self.evaluated) - 1} word variants "
                 f"challenged, {len(self.accepted)} accepted; {share:.2%} of the nominal lexical space "

@@ -136,7 +136,8 @@ class Mipro(Optimizer):
         return TrialRequest(candidate, self._minibatch(), "minibatch")
 
     def _minibatch_leader(self) -> Candidate:
-        best_id = max(self.minibatch_scores, key=lambda i: sum(self.minibatch_scores[i]) / len(self.minibatch_scores[i]))
+        scores = self.minibatch_scores
+        best_id = max(scores, key=lambda i: sum(scores[i]) / len(scores[i]))
         return self.candidates[best_id]
 
     def _needs_full_eval(self) -> bool:

@@ -4,6 +4,7 @@ the wording alone matters (spread, CPS, rank agreement, POSIX), under one budget
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
+from prompttune.backends.factory import backend_options, build_backend
+from prompttune.commands.common import add_run_arguments, make_run_dir
+from prompttune.commands.evaluate_report import print_summary, write_outputs
 from prompttune.core.config import BackendConfig, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import Record
@@ -22,7 +26,6 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
-from prompttune.evaluation.prompt_set_report import print_summary, write_outputs
 from prompttune.evaluation.prompt_sources import NamedPrompt, load_prompts_file, sample_space
 from prompttune.evaluation.sensitivity import PosixResult, measure_posix
 from prompttune.objectives.metrics import macro_f1
@@ -34,7 +37,6 @@ from prompttune.objectives.multiprompt import (
     top_two_gap,
 )
 from prompttune.objectives.stats import wilson_ci
-from prompttune.runner import build_backend, make_run_dir
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.loader import load_space_file
 from prompttune.tasks import SplitSizes, Task, load_task
@@ -70,7 +72,8 @@ class EvaluateConfig(BackendConfig):
     def run_config(self) -> RunConfig:
         """The settings shared with `optimize` (model, run directory naming)."""
         backend = {name: getattr(self, name) for name in BackendConfig.model_fields}
-        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, split_seed=self.split_seed, runs_dir=self.runs_dir, **backend)
+        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, split_seed=self.split_seed,
+                         runs_dir=self.runs_dir, **backend)
 
     def settings(self) -> list[str]:
         """The scorings compared: `scoring`, plus calibrated (or raw logit) with --calibrate."""
@@ -265,3 +268,40 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None,
     write_outputs(result)
     print_summary(result, console)
     return result
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    config = EvaluateConfig(
+        task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, sample=args.sample,
+        split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
+        posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, budget=args.budget,
+        max_new_tokens=args.max_new_tokens, seed=args.seed, split_seed=args.split_seed,
+        train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size, runs_dir=args.runs_dir,
+        cache=args.cache, **backend_options(args))
+    result = run_evaluation(config)
+    first = result.settings[0].summary
+    print(f"{len(result.prompts)} prompts on {len(result.example_ids)} {config.split} examples: "
+          f"{result.settings[0].scoring} accuracy {min(first.accuracies):.3f}–{first.max_p:.3f} "
+          f"(AvgP {first.avg_p:.3f}, CPS {first.cps:.3f}), {result.ledger.calls} calls; "
+          f"report: {result.run_dir / 'report.md'}")
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    ev = commands.add_parser("evaluate", help="score a set of prompts on held-out data; measure "
+                             "how much the wording matters")
+    add_run_arguments(ev)
+    ev.add_argument("--prompts", help="prompts file: YAML/JSON list of templates with {text} (and {labels})")
+    ev.add_argument("--sample", type=int, metavar="N",
+                    help="evaluate N distinct candidates drawn from --space (default: the built-in space)")
+    ev.add_argument("--split", default="test", help="dev or test (default test: an evaluation, not a search)")
+    ev.add_argument("--calibrate", action="store_true",
+                    help="also score with contextual calibration and compare the rankings")
+    ev.add_argument("--ensemble", type=int, metavar="K", help="template ensembles of K prompts each")
+    ev.add_argument("--posix", action="store_true", help="POSIX prompt sensitivity (generates and re-scores)")
+    ev.add_argument("--posix-size", type=int, default=10,
+                    help="examples used for POSIX; costs prompts² scored responses each (default 10)")
+    ev.add_argument("--top-k", type=int, default=3, help="k of the top-k IoU between two scorings")
+    ev.add_argument("--budget", type=int, help="optional hard cap on model calls")
+    ev.add_argument("--max-new-tokens", type=int, default=16, help="generation length (generate, POSIX)")
+    ev.set_defaults(handler=_evaluate)

@@ -11,33 +11,26 @@ import sys
 from typing import Any
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
+from prompttune.commands.common import add_seed_arguments, add_split_arguments
+from prompttune.commands.space_report import print_space, write_sample
 from prompttune.core.errors import UserError
-from prompttune.core.types import Prompt
 from prompttune.search_spaces.loader import load_space_file, parse_space_file
 from prompttune.search_spaces.prompt import render, select_demos
 from prompttune.search_spaces.space import SearchSpace
 from prompttune.tasks import SplitSizes, Task, load_task
 from prompttune.tasks.builtin import BUILTIN
 
-_PREVIEW_CHARS = 70
-
 
 def _add_task_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="search-space YAML file")
     parser.add_argument("--task", help="agnews, sst2, or a task YAML file (default: the file's `task`)")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw, as in optimize")
-    parser.add_argument("--train-size", type=int, default=1000)
-    parser.add_argument("--dev-size", type=int, default=300)
-    parser.add_argument("--test-size", type=int, default=1000)
+    add_seed_arguments(parser)
+    add_split_arguments(parser)
 
 
-def add_space_commands(subparsers: Any) -> None:
+def add_parser(subparsers: Any) -> None:
     """Register `space show` and `space sample` on the CLI's sub-command parsers."""
     space = subparsers.add_parser("space", help="inspect a search-space file")
     commands = space.add_subparsers(dest="space_command", required=True)
@@ -60,34 +53,9 @@ def _load(args: argparse.Namespace) -> tuple[SearchSpace, Task]:
     return load_space_file(args.file, task), task
 
 
-def _preview(space: SearchSpace, name: str) -> str:
-    dim = space.dimension(name)
-    baseline = space.default[name]
-    shown = ", ".join(("*" if i == baseline else "") + dim.label(i) for i in range(len(dim.values)))
-    return shown if len(shown) <= _PREVIEW_CHARS else shown[:_PREVIEW_CHARS - 1] + "…"
-
-
 def show_space(args: argparse.Namespace) -> int:
-    space, task = _load(args)
-    table = Table(title=f"space {space.name} · task {task.name}  (* = baseline)")
-    for column in ("dimension", "kind", "values", "choices"):
-        table.add_column(column, justify="right" if column == "values" else "left")
-    for dim in space.dimensions:
-        table.add_row(Text(dim.name), dim.kind, str(len(dim.values)), Text(_preview(space, dim.name)))
-    console = Console()
-    console.print(table)
-    console.print(Text(f"nominal size (product of values): {space.nominal_size():,}"))
-    console.print(Text(f"valid candidates: {space.size()}"))
-    for rule in space.constraints:
-        console.print(Text(f"  rule: {rule.describe()}"))
+    print_space(*_load(args))
     return 0
-
-
-def _show_prompt(prompt: Prompt) -> str:
-    if prompt.messages is None:
-        return prompt.text or ""
-    turns = [f"<{role}>\n{content}" for role, content in prompt.messages]
-    return "\n".join([*turns, f"<assistant>\n{prompt.assistant_prefix}"])
 
 
 def sample_space(args: argparse.Namespace) -> int:
@@ -96,14 +64,9 @@ def sample_space(args: argparse.Namespace) -> int:
     baseline = space.default_candidate()
     train = {e.id: e for e in task.splits["train"]}
     dev = task.splits["dev"]
-    out = sys.stdout
     for i in range(args.n):
         candidate = space.build(space.sample(rng))
         example = dev[i % len(dev)]
         prompt = render(candidate.spec, example, select_demos(candidate.spec, train))
-        out.write(f"=== sample {i + 1}/{args.n} · candidate {candidate.id} · example {example.id} "
-                  f"(gold {task.labels[example.label]})\n")
-        out.write(f"--- change from baseline: {space.diff(baseline, candidate)}\n")
-        out.write(_show_prompt(prompt) + "\n")
-        out.write(f"--- scored continuations: {', '.join(map(repr, prompt.label_continuations))}\n\n")
+        write_sample(sys.stdout, i + 1, args.n, space, task, baseline, candidate, example, prompt)
     return 0

@@ -1,11 +1,11 @@
-"""One optimization run: task → space → optimizer ⇄ evaluator → confirmation → run directory."""
+"""`optimize`: task → space → optimizer ⇄ evaluator → held-out verdict → run directory."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -13,9 +13,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend
+from prompttune.backends.factory import backend_options, build_backend
+from prompttune.commands.common import (
+    add_run_arguments,
+    build_proposer_backend,
+    load_run_task,
+    load_space,
+    make_run_dir,
+    parse_option,
+    require_dev_budget,
+)
+from prompttune.commands.optimize_report import describe_change, print_summary, write_report
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import UserError
 from prompttune.core.storage import JsonlStorage
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
@@ -25,51 +34,8 @@ from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, checked_optimizer, run_search
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
-from prompttune.report import describe_change, print_summary, write_report
-from prompttune.search_spaces import Candidate, SearchSpace, default_space
+from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import render, select_demos
-from prompttune.tasks import SplitSizes, Task, load_task
-
-
-def build_proposer_backend(config: RunConfig) -> Backend:
-    return build_backend(config.model_copy(update={"model": config.proposer_model}))
-
-
-def load_run_task(config: RunConfig) -> Task:
-    """The task with the run's split sizes and split seed: the same splits for every reader."""
-    return load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
-
-
-def require_dev_budget(config: RunConfig, task: Task) -> None:
-    """A search must afford at least one full dev evaluation."""
-    if config.budget < len(task.splits["dev"]):
-        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
-                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
-
-
-def load_space(config: RunConfig, task: Task) -> SearchSpace:
-    if config.space is None:
-        return default_space(task)
-    from prompttune.search_spaces.loader import load_space_file
-
-    return load_space_file(config.space, task)
-
-
-def make_run_dir(config: RunConfig, task_name: str) -> Path:
-    return new_run_dir(config.runs_dir, f"{task_name}-{config.optimizer}-s{config.seed}")
-
-
-def new_run_dir(runs_dir: str, label: str) -> Path:
-    """`runs_dir/<UTC timestamp>-<label>`, suffixed when two runs start in the same second."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(runs_dir) / f"{stamp}-{label}"
-    suffix = 1
-    while path.exists():
-        path = path.with_name(f"{path.name}-{suffix}")
-        suffix += 1
-    path.mkdir(parents=True)
-    return path
 
 
 @dataclass
@@ -182,3 +148,48 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     if own_backend and hasattr(backend, "close"):
         backend.close()
     return result
+
+
+def _optimize(args: argparse.Namespace) -> int:
+    from prompttune.optimizers import get_optimizer
+    from prompttune.optimizers.base import describe_options
+
+    if args.help_options:
+        print(f"options of {args.optimizer} (--option KEY=VALUE):")
+        print("\n".join(f"  {line}" for line in describe_options(get_optimizer(args.optimizer).Options)))
+        return 0
+    config = RunConfig(
+        task=args.task, data_dir=args.data_dir, space=args.space, optimizer=args.optimizer,
+        optimizer_options=dict(parse_option(o) for o in args.option), budget=args.budget,
+        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
+        scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,
+        dev_alpha=args.dev_alpha, proposer_model=args.proposer_model,
+        train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
+        runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+    result = run_optimization(config)
+    leader = result.verdict.leader_confirmation
+    print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
+          f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
+          f"budget used {result.search_ledger.calls}/{config.budget}; report: {result.run_dir / 'report.md'}")
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    opt = commands.add_parser("optimize", help="search a prompt space under a budget, confirm on test")
+    add_run_arguments(opt)
+    opt.add_argument("--optimizer", default="random")
+    opt.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls")
+    opt.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens")
+    opt.add_argument("--objective", default="accuracy",
+                     help="accuracy, macro_f1, valid_rate or service_accuracy")
+    opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                     help="optimizer option (repeatable); --help-options lists them")
+    opt.add_argument("--help-options", action="store_true", help="list the options of --optimizer and exit")
+    opt.add_argument("--alpha", type=float, default=0.05,
+                     help="level of the one held-out test that decides what ships (default 0.05)")
+    opt.add_argument("--confirm-top", type=int, default=1, metavar="K",
+                     help="test the top K dev candidates on test with Holm over K (default 1)")
+    opt.add_argument("--dev-alpha", type=float, default=0.10,
+                     help="family-wise false-accept level of each sweep of dev challenges (cople, p2g)")
+    opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
+    opt.set_defaults(handler=_optimize)

@@ -11,8 +11,8 @@ from rich.table import Table
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
 
 if TYPE_CHECKING:
+    from prompttune.commands.optimize import RunResult
     from prompttune.core.config import RunConfig
-    from prompttune.runner import RunResult
     from prompttune.search_spaces.space import Candidate, SearchSpace
     from prompttune.tasks.base import Task
 

@@ -1,4 +1,4 @@
-"""`prompttune export RUN_DIR --to text|json|dspy`: a run's winning prompt, for use elsewhere.
+"""The formats `prompttune export` writes the shipped prompt in.
 
 - `text` (prompt.txt): the exact prompt the model was scored on, with `{field}` where each input
   goes (fill it by plain replacement: demo texts may contain braces, so not with str.format).
@@ -12,47 +12,15 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import UserError
 from prompttune.core.types import Example, Prompt
-from prompttune.runner import load_run_task
 from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"
-
-
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
-def load_winner(run_dir: Path) -> tuple[PromptSpec, RunConfig]:
-    """The chosen PromptSpec and the run's configuration, from a run directory."""
-    try:
-        best = json.loads((run_dir / "best_prompt.json").read_text())
-        config = RunConfig.model_validate_json((run_dir / "config.json").read_text())
-    except FileNotFoundError as exc:
-        raise UserError(f"{run_dir} is not a run directory: {Path(exc.filename).name} missing") from None
-    known = {f.name for f in fields(PromptSpec)}
-    return PromptSpec(**{k: _tuples(v) for k, v in best["spec"].items() if k in known}), config
-
-
-def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
-    """The spec's demos, from the same train split the run drew (same data, sizes and split seed)."""
-    if not spec.demo_ids:
-        return []
-    task = load_run_task(config)
-    train = {ex.id: ex for ex in task.splits["train"]}
-    missing = [i for i in spec.demo_ids if i not in train]
-    if missing:
-        raise UserError(f"demo examples {', '.join(missing)} not found in the task's train split; "
-                        f"is the data where the run found it?")
-    return [train[i] for i in spec.demo_ids]
 
 
 def input_fields(spec: PromptSpec) -> list[str]:
@@ -65,14 +33,14 @@ def template(spec: PromptSpec, demos: list[Example]) -> Prompt:
     return render(spec, placeholder, demos)
 
 
-def _as_text(prompt: Prompt) -> str:
+def as_text(prompt: Prompt) -> str:
     if prompt.messages is None:
         return prompt.text or ""
     turns = [f"[{role}]\n{content}" for role, content in prompt.messages]
     return "\n\n".join(turns + [f"[assistant]\n{prompt.assistant_prefix}"])
 
 
-def _as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path) -> dict[str, Any]:
+def as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path) -> dict[str, Any]:
     prompt = template(spec, demos)
     shape = ({"text": prompt.text} if prompt.messages is None else
              {"messages": [{"role": r, "content": c} for r, c in prompt.messages],
@@ -109,7 +77,7 @@ def load(path: str | Path = Path(__file__).with_name("program.json")) -> dspy.Pr
 '''
 
 
-def _write_dspy(spec: PromptSpec, demos: list[Example], run_dir: Path, out: Path) -> list[Path]:
+def write_dspy(spec: PromptSpec, demos: list[Example], run_dir: Path, out: Path) -> list[Path]:
     from prompttune.dspy_bridge import require_dspy
 
     require_dspy("export --to dspy")
@@ -121,34 +89,3 @@ def _write_dspy(spec: PromptSpec, demos: list[Example], run_dir: Path, out: Path
     (out / "program.py").write_text(LOADER.format(run=run_dir, first=names[0], inputs=tuple(names),
                                                   labels=tuple(spec.label_words)))
     return [out / "program.json", out / "program.py"]
-
-
-def export(run_dir: Path, to: str, out: Path) -> list[Path]:
-    """Write the winner of `run_dir` in format `to` under `out`; returns the files written."""
-    spec, config = load_winner(run_dir)
-    demos = demo_examples(spec, config)
-    out.mkdir(parents=True, exist_ok=True)
-    if to == "text":
-        (out / "prompt.txt").write_text(_as_text(template(spec, demos)) + "\n", encoding="utf-8")
-        return [out / "prompt.txt"]
-    if to == "json":
-        (out / "prompt.json").write_text(json.dumps(_as_json(spec, demos, config, run_dir), indent=2,
-                                                    ensure_ascii=False), encoding="utf-8")
-        return [out / "prompt.json"]
-    return _write_dspy(spec, demos, run_dir, out)
-
-
-def _export(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    written = export(run_dir, args.to, Path(args.output) if args.output else run_dir / "export")
-    print("wrote " + ", ".join(str(p) for p in written))
-    return 0
-
-
-def add_export_command(commands: argparse._SubParsersAction) -> None:
-    """Register `export` on the `prompttune` sub-command parser."""
-    parser = commands.add_parser("export", help="write a run's winning prompt as text, JSON or a DSPy program")
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="an optimize run directory (or a compare arm's)")
-    parser.add_argument("--to", required=True, choices=["text", "json", "dspy"], help="output format")
-    parser.add_argument("--output", metavar="DIR", help="output folder (default: RUN_DIR/export)")
-    parser.set_defaults(handler=_export)

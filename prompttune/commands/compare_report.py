@@ -13,7 +13,7 @@ from prompttune.compare.arms import DSPY_ARMS
 from prompttune.compare.summary import ArmSummary
 
 if TYPE_CHECKING:
-    from prompttune.compare.run import Comparison
+    from prompttune.commands.compare import Comparison
 
 
 def _ci(ci: tuple[float, float]) -> str:

@@ -17,7 +17,7 @@ from rich.table import Table
 from prompttune.objectives.multiprompt import sensitivity_quantiles
 
 if TYPE_CHECKING:
-    from prompttune.evaluation.prompt_set import EvaluationResult, SettingResult
+    from prompttune.commands.evaluate import EvaluationResult, SettingResult
 
 GAP_QUANTILES = (0.01, 0.1, 0.5)  # small gaps are the fragile answers
 POSIX_QUANTILES = (0.5, 0.9, 0.99)  # large POSIX values are the sensitive examples

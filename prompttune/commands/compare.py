@@ -1,0 +1,186 @@
+"""`compare`: several optimizers × seeds under one cap, on one model, judged on one test split.
+
+Arms run one after another in this process on ONE loaded backend. They share the SQLite
+cache (nothing is computed twice) but each run sees it through its own `ArmCache`, so a hit
+on another run's entry is charged as if the run had made the call itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from rich.console import Console
+
+from prompttune.backends.base import Backend
+from prompttune.backends.factory import backend_options
+from prompttune.commands.common import (
+    add_run_arguments,
+    build_backend,
+    load_run_task,
+    load_space,
+    new_run_dir,
+    require_dev_budget,
+)
+from prompttune.commands.compare_report import print_summary, write_report
+from prompttune.commands.optimize import run_optimization
+from prompttune.compare.arm_cache import ArmCache
+from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
+from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
+from prompttune.compare.plot import plot_anytime
+from prompttune.compare.summary import ArmSummary, PairTest, pairwise, summarize
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+
+
+def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
+    """A prompttune optimizer through the ordinary runner, on the shared model and cache view."""
+    views: list[ArmCache] = []
+
+    def view(ledger: BudgetLedger) -> ArmCache:
+        views.append(ArmCache(bench.shared, ledger))
+        return views[-1]
+
+    start = len(bench.backend.flags)
+    result = run_optimization(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
+                              cache_view=view)
+    search = next(v for v in views if v.ledger is result.search_ledger)
+    confirming = next(v for v in views if v.ledger is result.confirm_ledger)
+    # Confirmation comes last, so the requests before its own are the search's.
+    stop = len(bench.backend.flags) - confirming.computed
+    outcome = result.outcome
+    # Some strategies (successive halving) name a leader only when a round finishes.
+    anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
+    return ArmRun(arm, seed, result.run_dir, result.baseline.spec, result.shipped.spec, outcome.leader_dev_score,
+                  result.confirmation, result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
+                  anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
+                  stop - start, bench.backend.leaks(start, stop))
+
+
+def run_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
+    if arm in DSPY_ARMS:
+        from prompttune.compare.dspy_arm import run_dspy_arm
+
+        return run_dspy_arm(bench, arm, seed)
+    return run_prompttune_arm(bench, arm, seed)
+
+
+@dataclass
+class Comparison:
+    run_dir: Path
+    config: RunConfig
+    arms: list[str]
+    seeds: list[int]
+    runs: list[ArmRun]
+    summaries: list[ArmSummary]
+    pairs: list[PairTest]
+    checks: list[Check]
+    wall_seconds: float
+
+
+def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
+    """Per-example test correctness of every winner, for the pairwise tests. Each run's
+    confirmation already scored its winner on these examples, so this reads the cache; the
+    model calls it does make are returned (and expected to be none)."""
+    test = bench.task.splits["test"]
+    ledger = BudgetLedger()
+    evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
+                          bench.shared, ledger, scoring=bench.config.scoring)
+    ids = [ex.id for ex in test]
+    for run in runs:
+        run.test_correct = [r.correct for r in evaluator.evaluate(run.best, ids)]
+    return ledger.calls
+
+
+def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
+                backend: Backend | None = None, console: Console | None = None) -> Comparison:
+    started = time.time()
+    console = console or Console(stderr=True)
+    check_arms(arms, options)
+    if stray := sorted(set(options) - set(arms)):
+        raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
+    task = load_run_task(config)
+    require_dev_budget(config, task)
+    space = load_space(config, task).bind(task.splits["train"])
+    run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
+    (run_dir / "config.json").write_text(json.dumps(
+        {"run": config.model_dump(), "optimizers": arms, "seeds": seeds, "options": options}, indent=2))
+    shared = ResultCache(config.cache or run_dir / "cache.sqlite")
+    watch = LeakWatch(backend or build_backend(config), task)
+    bench = Bench(config, task, space, watch, shared, options, run_dir / "arms", console)
+    try:
+        runs = []
+        for arm in arms:
+            for seed in seeds:
+                runs.append(run_arm(bench, arm, seed))
+                c = runs[-1].confirmation
+                console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} (baseline "
+                              f"{c.baseline_accuracy:.3f}), {runs[-1].search.calls}/{config.budget} calls")
+        verdict_calls = _rescore_winners(bench, runs)
+    finally:
+        shared.close()
+    summaries = summarize(runs, arms, seeds)
+    checks = fairness_checks(task, runs, config.budget, config.budget_tokens, verdict_calls, watch)
+    comparison = Comparison(run_dir, config, arms, seeds, runs, summaries, pairwise(summaries), checks,
+                            time.time() - started)
+    plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
+    write_report(comparison)
+    print_summary(comparison, console)
+    return comparison
+
+
+def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
+    """`OPTIMIZER.KEY=VALUE` settings (values read as YAML), grouped by optimizer."""
+    options: dict[str, dict[str, Any]] = {}
+    for text in texts:
+        key, sep, value = text.partition("=")
+        arm, dot, name = key.strip().partition(".")
+        if not sep or not dot or not arm or not name:
+            raise UserError(f"--option expects OPTIMIZER.KEY=VALUE (e.g. sh.eta=3), got {text!r}")
+        options.setdefault(arm, {})[name.strip()] = yaml.safe_load(value)
+    return options
+
+
+def _compare(args: argparse.Namespace) -> int:
+    if args.seeds < 1:
+        raise UserError("--seeds must be at least 1")
+    arms = [name.strip() for name in args.optimizers.split(",") if name.strip()]
+    if not arms:
+        raise UserError("--optimizers names no optimizer")
+    config = RunConfig(
+        task=args.task, data_dir=args.data_dir, space=args.space, budget=args.budget,
+        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
+        train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
+        runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+    result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option))
+    failed = [check.claim for check in result.checks if not check.ok]
+    if failed:
+        print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
+        return 1
+    best = max(result.summaries, key=lambda s: s.accuracy)
+    print(f"{len(arms)} optimizers × {args.seeds} seeds at {args.budget} calls: best mean test accuracy "
+          f"{best.accuracy:.3f} ({best.arm}), baseline {result.runs[0].confirmation.baseline_accuracy:.3f}; "
+          f"report: {result.run_dir / 'report.md'}")
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    compare = commands.add_parser("compare", help="run several optimizers under the same budget, model "
+                                  "and splits; compare their held-out results")
+    add_run_arguments(compare)
+    compare.add_argument("--optimizers", default="random,sh",
+                         help="comma-separated: prompttune optimizers and dspy-mipro, dspy-bfrs")
+    compare.add_argument("--seeds", type=int, default=3, help="optimizer seeds per arm: --seed, --seed+1, …")
+    compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
+    compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
+    compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
+                         help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
+    compare.set_defaults(handler=_compare)
