@@ -53,7 +53,7 @@ def test_equal_candidates_rarely_ship_while_the_dev_winner_is_noise() -> None:
         assert run.verdict.shipped.id in (run.optimizer.baseline.id, run.outcome.leader.id)
         if run.verdict.confirmed is None:
             assert run.verdict.shipped.id == run.optimizer.baseline.id
-    assert confirmed <= 3 and leader_not_baseline >= 15
+    assert confirmed <= 3 and leader_not_baseline >= 12  # 4 of the 5 prompts scored are not the baseline
 
 
 def test_spread_reports_best_worst_and_spread() -> None:

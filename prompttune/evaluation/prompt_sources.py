@@ -151,14 +151,11 @@ def sample_space(space: SearchSpace, n: int, seed: int) -> list[NamedPrompt]:
     largest = size.value if size.exact else (size.high or size.value)
     if n > largest:
         raise UserError(f"--sample {n} is larger than the space {space.name!r} ({size} valid candidates)")
-    rng = np.random.default_rng(seed)
     chosen: dict[PromptSpec, NamedPrompt] = {}
-    draws = 50 * n
-    for _ in range(draws):
-        candidate = space.build(space.sample(rng))
+    for candidate in space.distinct_candidates(np.random.default_rng(seed), n):
         source = ", ".join(f"{name}={space.dimension(name).label(i)}" for name, i in candidate.assignment)
         chosen.setdefault(candidate.spec, NamedPrompt(candidate.id, candidate.spec, source))
-        if len(chosen) == n:
-            return list(chosen.values())
-    raise UserError(f"found only {len(chosen)} distinct prompts in {draws} draws from space "
-                    f"{space.name!r}; lower --sample")
+    if len(chosen) < n:
+        raise UserError(f"found only {len(chosen)} distinct prompts in {50 * n} draws from space "
+                        f"{space.name!r}; lower --sample")
+    return list(chosen.values())

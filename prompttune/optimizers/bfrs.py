@@ -4,6 +4,11 @@ Candidate programs: zero-shot, labeled-only demos, an unshuffled bootstrap, and 
 bootstraps with k in 1..max_demos. A bootstrap keeps train examples the current prompt answers
 correctly as demos. Every program is scored on the full dev split and ranked by its score; the
 held-out verdict decides whether the leader ships.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="bfrs", budget=2000, optimizer_options={"max_demos": 4}))``)::
+
+    optimize --task agnews --optimizer bfrs --budget 2000 --option max_demos=4
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
+from prompttune.optimizers.search_helpers import shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 
 
@@ -43,9 +49,8 @@ class BootstrapFewShotRandomSearch(Optimizer):
         labeled = [str(i) for i in self.rng.choice(self.pool_ids, size=min(self.max_demos, len(self.pool_ids)),
                                                    replace=False)]
         demo_sets = [tuple(labeled), tuple(solved[: self.max_demos])]
-        while len(demo_sets) < self.n_programs - 1 and solved:
-            k = int(self.rng.integers(1, self.max_demos + 1))
-            demo_sets.append(tuple(str(i) for i in self.rng.permutation(solved)[:k]))
+        demo_sets += shuffled_demo_sets(solved, self.rng, self.n_programs - 1 - len(demo_sets), self.max_demos,
+                                        taken=demo_sets)
         programs = [self.baseline]
         for origin, demos in zip(["labeled", "bootstrap"] + ["shuffled"] * len(demo_sets), demo_sets):
             candidate = spec_candidate(base.with_updates(demo_ids=demos), f"bfrs-{origin}")

@@ -8,6 +8,11 @@
    drawn when it starts, so the sweep is one family of that many challenges (false accepts
    bounded per sweep). Sweeps repeat until one accepts nothing (then, optionally, one free-form
    rewrite by the proposer is challenged and, if accepted, refinement resumes) or the budget ends.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="cople", budget=2000, optimizer_options={"m": 5, "C": 4}))``)::
+
+    optimize --task agnews --optimizer cople --budget 2000 --option m=5 --option C=4
 """
 
 from __future__ import annotations

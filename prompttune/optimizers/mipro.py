@@ -7,6 +7,11 @@ the search. Optuna's multivariate TPE picks combinations scored on minibatches; 
 full evaluation leads; its family counts every candidate TPE tried, since the minibatches
 pre-selected it. Unlike DSPy, all trials in one period share one minibatch, so their
 comparisons are paired.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="mipro", budget=2000, optimizer_options={"minibatch": 25}))``)::
+
+    optimize --task agnews --optimizer mipro --budget 2000 --option minibatch=25
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pydantic import Field
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
+from prompttune.optimizers.search_helpers import rotating_minibatch, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 
 STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
@@ -67,14 +73,7 @@ class Mipro(Optimizer):
     # -- set-up: bootstrap demos, then propose instructions ----------------------------------
     def _bootstrap_demo_sets(self) -> None:
         solved = [i for i in self.pool_ids if self.memo[self.baseline.id][i].correct]
-        self.demo_sets = [()]
-        for _ in range(50):
-            if len(self.demo_sets) >= self.n_demo_sets or not solved:
-                break
-            k = int(self.rng.integers(1, min(4, len(solved)) + 1))
-            demos = tuple(str(i) for i in self.rng.permutation(solved)[:k])
-            if demos not in self.demo_sets:
-                self.demo_sets.append(demos)
+        self.demo_sets = [(), *shuffled_demo_sets(solved, self.rng, self.n_demo_sets - 1, 4)]
 
     def _propose_instructions(self) -> list[str]:
         """One summary call, then one call per instruction; invalid proposals are dropped."""
@@ -100,9 +99,7 @@ class Mipro(Optimizer):
 
     # -- ask / tell ---------------------------------------------------------------------------
     def _minibatch(self) -> tuple[str, ...]:
-        dev = self.context.dev_ids
-        start = (self.period * self.minibatch_size) % max(1, len(dev) - self.minibatch_size + 1)
-        return tuple(dev[start:start + self.minibatch_size])
+        return rotating_minibatch(self.context.dev_ids, self.period, self.minibatch_size)
 
     def _trial_candidate(self, trial: optuna.trial.Trial) -> Candidate:
         space = self.context.space

@@ -7,6 +7,11 @@ feeds edit calls that write candidate instructions; a candidate replaces the inc
 when the driver accepts its challenge on dev. The children of one expansion form one sweep
 (false accepts bounded per expansion). Expansion is a tree: each accepted node is expanded
 again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="p2g", budget=2000, optimizer_options={"directions": 2}))``)::
+
+    optimize --task agnews --optimizer p2g --budget 2000 --option directions=2
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pydantic import Field
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
+from prompttune.optimizers.search_helpers import rotating_minibatch
 from prompttune.search_spaces.space import Candidate
 
 
@@ -87,8 +93,7 @@ class SplitErrorCritique(IncumbentSearch):
     def _minibatch(self) -> tuple[str, ...]:
         demos = set(self.incumbent.spec.demo_ids)
         pool = [i for i in self.context.train_ids if i not in demos]
-        start = (self.expansions * self.minibatch_size) % max(1, len(pool) - self.minibatch_size + 1)
-        return tuple(pool[start:start + self.minibatch_size])
+        return rotating_minibatch(pool, self.expansions, self.minibatch_size)
 
     def _pick(self, errors: tuple[Record, ...]) -> list[Record]:
         """Representative errors: k-means on sentence embeddings, or a random sample."""

@@ -1,14 +1,18 @@
-"""Random search: uniform valid candidates, each on the full dev split — the honest baseline."""
+"""Random search: uniform valid candidates, each on the full dev split — the honest baseline.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="random", budget=2000))``)::
+
+    optimize --task agnews --optimizer random --budget 2000
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, TrialRequest
-from prompttune.search_spaces.space import Assignment, Candidate
-
-ENUMERATE_LIMIT = 20_000
+from prompttune.search_spaces.space import Candidate
 
 
 class RandomSearch(Optimizer):
@@ -22,32 +26,17 @@ class RandomSearch(Optimizer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._pending: Iterator[Assignment] = self._candidate_stream()
-        self._seen = {self.baseline.id}
+        affordable = max(2, self.context.budget // max(1, len(self.context.dev_ids)))
+        self._queue = self.context.space.distinct_candidates(self.rng, affordable, first=[self.baseline])
         self._scored: list[tuple[Candidate, float]] = []
-        self._asked_baseline = False
-
-    def _candidate_stream(self) -> Iterator[Assignment]:
-        space = self.context.space
-        if space.nominal_size() <= ENUMERATE_LIMIT:
-            pool = list(space.enumerate())
-            for i in self.rng.permutation(len(pool)):
-                yield pool[i]
-        else:
-            while True:
-                yield space.sample(self.rng)
 
     def ask(self) -> TrialRequest | None:
-        dev = tuple(self.context.dev_ids)
-        if not self._asked_baseline:
-            self._asked_baseline = True
-            return TrialRequest(self.baseline, dev, "baseline")
-        for assignment in self._pending:
-            candidate = self.context.space.build(assignment)
-            if candidate.id not in self._seen:
-                self._seen.add(candidate.id)
-                return TrialRequest(candidate, dev)
-        return None
+        """The baseline first, then the drawn candidates, each on the full dev split."""
+        if len(self._scored) >= len(self._queue):
+            return None
+        candidate = self._queue[len(self._scored)]
+        return TrialRequest(candidate, tuple(self.context.dev_ids),
+                            "baseline" if candidate.id == self.baseline.id else "evaluate")
 
     def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
         self._scored.append((request.candidate, self.context.score(records)))

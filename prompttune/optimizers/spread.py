@@ -5,6 +5,11 @@ of a space are. Arms are sampled formats; each pull scores an arm on its next ba
 from one shared order; Beta posteriors start from a prior centred on the baseline's accuracy.
 The first half of the budget maximises, the second half minimises. The leader is the arm with
 the highest posterior mean; the driver pairs it with the baseline and the held-out verdict decides.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="spread", budget=2000, optimizer_options={"formats": 20}))``)::
+
+    optimize --task agnews --optimizer spread --budget 2000 --option formats=20
 """
 
 from __future__ import annotations
@@ -35,14 +40,7 @@ class FormatSpread(Optimizer):
         self.batch = self.options.batch
         self.prior_strength = self.options.prior_strength
         n_arms = self.options.formats
-        space = self.context.space
-        arms = {self.baseline.id: self.baseline}
-        for _ in range(50 * n_arms):
-            if len(arms) >= min(n_arms, space.size().value):
-                break
-            candidate = space.build(space.sample(self.rng))
-            arms.setdefault(candidate.id, candidate)
-        self.arms = list(arms.values())
+        self.arms = self.context.space.distinct_candidates(self.rng, n_arms, first=[self.baseline])
         self.alpha = np.ones(len(self.arms))
         self.beta = np.ones(len(self.arms))
         self.pulls = np.zeros(len(self.arms), dtype=int)

@@ -3,6 +3,11 @@
 Round r scores every survivor on a fresh block of dev examples — the same block for all
 survivors, so comparisons stay paired — and ranks them on all blocks seen so far. The preset
 `seed` reproduces the schedule 1,440×20 → 360×40 → 90×80 → 22×160 → 5×500 exactly.
+
+Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``run_optimization(RunConfig(task="agnews", optimizer="sh", budget=2000, optimizer_options={"eta": 3}))``)::
+
+    optimize --task agnews --optimizer sh --budget 2000 --option eta=3
 """
 
 from __future__ import annotations
@@ -68,28 +73,10 @@ class SuccessiveHalving(Optimizer):
                             f"dev has {len(dev)} (raise --dev-size)")
         self.schedule = schedule
         self.round = 0
-        self.survivors = self._initial(schedule[0][0])
+        self.survivors = space.distinct_candidates(self.rng, schedule[0][0], first=[self.baseline])
         self.n_initial = len(self.survivors)
         self.ranked: list[Candidate] = []
         self.block_start = 0
-
-    def _initial(self, width: int) -> list[Candidate]:
-        """Baseline plus distinct valid candidates (enumerated when the space allows)."""
-        space = self.context.space
-        chosen = {self.baseline.id: self.baseline}
-        if space.size().value <= width:
-            pool = [space.build(a) for a in space.enumerate()]
-        else:
-            pool = []
-            attempts = 0
-            while len(chosen) + len(pool) < width and attempts < 50 * width:
-                pool.append(space.build(space.sample(self.rng)))
-                attempts += 1
-        for candidate in pool:
-            if len(chosen) >= width:
-                break
-            chosen.setdefault(candidate.id, candidate)
-        return list(chosen.values())
 
     def _finished_ids(self) -> list[str]:
         """Dev examples of all finished rounds: every current survivor has scores on them."""

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -174,6 +174,23 @@ class SearchSpace:
 
     def default_candidate(self) -> Candidate:
         return self.build(self.default)
+
+    def distinct_candidates(self, rng: np.random.Generator, n: int,
+                            first: Sequence[Candidate] = ()) -> list[Candidate]:
+        """Up to n distinct valid candidates (by id), `first` leading: all of them in random order
+        when the space has no more than n, else uniform draws (at most 50 n) until n are found."""
+        chosen = {c.id: c for c in first}
+        size = self.size()
+        if size.exact and size.value <= n:
+            pool = [self.build(a) for a in self.enumerate()]
+            draws: Iterable[Candidate] = (pool[i] for i in rng.permutation(len(pool)))
+        else:
+            draws = (self.build(self.sample(rng)) for _ in range(50 * n))
+        for candidate in draws:
+            if len(chosen) >= n:
+                break
+            chosen.setdefault(candidate.id, candidate)
+        return list(chosen.values())
 
     def nominal_size(self) -> int:
         return math.prod(len(d.values) for d in self.dimensions)

@@ -1,0 +1,31 @@
+"""Search moves several strategies share: bootstrapped demo sets and rotating minibatches.
+
+(Distinct candidate draws live on the space itself: `SearchSpace.distinct_candidates`.)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def shuffled_demo_sets(solved: Sequence[str], rng: np.random.Generator, count: int, max_demos: int,
+                       taken: Sequence[tuple[str, ...]] = ()) -> list[tuple[str, ...]]:
+    """Up to `count` new demo sets, each 1..max_demos train examples the prompt answered correctly
+    (DSPy's bootstrap: a demo the model gets right is a demo it can imitate), in random order."""
+    sets = list(taken)
+    for _ in range(50 * max(count, 1)):
+        if len(sets) - len(taken) >= count or not solved:
+            break
+        k = int(rng.integers(1, min(max_demos, len(solved)) + 1))
+        demos = tuple(str(i) for i in rng.permutation(solved)[:k])
+        if demos not in sets:
+            sets.append(demos)
+    return sets[len(taken):]
+
+
+def rotating_minibatch(pool: Sequence[str], index: int, size: int) -> tuple[str, ...]:
+    """The index-th window of `size` ids, wrapping so that every window is full when the pool allows."""
+    start = (index * size) % max(1, len(pool) - size + 1)
+    return tuple(pool[start:start + size])
