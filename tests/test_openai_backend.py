@@ -9,7 +9,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Iterator
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from prompttune.backends.factory import build_backend
 from prompttune.backends.openai_backend import OpenAIBackend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
+from prompttune.core.config import BackendConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest
 from prompttune.search_spaces import default_space, render
@@ -153,10 +153,16 @@ def test_without_echo_labels_are_walked_through_top_logprobs(fakes: list[FakeSer
 
 def test_unreachable_server_at_start_up_is_a_user_error_naming_it() -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
-    config = SimpleNamespace(backend="openai", base_url=[url], model="x", dtype="auto", device="cpu",
-                             batch_size=1, tokenizer=None)
+    config = BackendConfig(backend="openai", base_url=[url], model="x")
     with pytest.raises(UserError, match=f"cannot reach .* at {url} "):
         build_backend(config)
+
+
+def test_an_option_the_backend_does_not_read_is_an_error() -> None:
+    with pytest.raises(UserError, match="--batch-size does not apply to --backend openai"):
+        build_backend(BackendConfig(backend="openai", base_url=["http://127.0.0.1:1/v1"], batch_size=4))
+    with pytest.raises(UserError, match="--base-url does not apply to --backend transformers"):
+        build_backend(BackendConfig(base_url=["http://127.0.0.1:1/v1"]))
 
 
 def test_least_loaded_routing_and_concurrency_limit(fakes: list[FakeServer]) -> None:
@@ -204,8 +210,7 @@ def reference() -> TransformersBackend:
 
 @pytest.fixture(scope="module")
 def served(llama_server: str) -> Iterator[OpenAIBackend]:  # noqa: F811
-    config = SimpleNamespace(backend="openai", base_url=[llama_server], model=EMBEDDED_MODEL,
-                             dtype="auto", device="cpu", batch_size=32, concurrency=4)
+    config = BackendConfig(backend="openai", base_url=[llama_server], model=EMBEDDED_MODEL, concurrency=4)
     backend = build_backend(config)
     assert isinstance(backend, OpenAIBackend)
     yield backend

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
@@ -12,6 +12,19 @@ class Backend(ABC):
     """A model behind a uniform interface; `model_id` keys the cache, so it must name the weights."""
 
     model_id: str
+    options: ClassVar[tuple[str, ...]] = ()  # the BackendConfig fields it reads besides `model`
+
+    @classmethod
+    def from_config(cls, config: Any) -> "Backend":
+        """Build from a BackendConfig (backends chosen by name implement it)."""
+        raise NotImplementedError(f"{cls.__name__} is not built from a configuration")
+
+    def describe(self) -> str:
+        """One line for the run log: which model, where, how it scores."""
+        return f"{type(self).__name__}: {self.model_id}"
+
+    def close(self) -> None:
+        """Release threads, connections or GPU memory; safe to call twice."""
 
     @abstractmethod
     def to_text(self, prompt: Prompt) -> str:

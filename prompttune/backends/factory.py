@@ -1,24 +1,23 @@
-"""Choose and build a backend from the run configuration, and the command-line options for it.
-
-Fields are read with defaults (`_field`) so a config that predates the serving options still works.
-"""
+"""The backend registry: each backend by name, the options it declares, and the command-line
+options for all of them. A backend class is imported only when chosen."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import importlib
 from typing import Any
 
 from prompttune.backends.base import Backend
+from prompttune.core.config import BackendConfig
 from prompttune.core.errors import UserError
 
-BACKENDS = ("transformers", "openai", "vllm")
-DEFAULTS: dict[str, Any] = {"backend": "transformers", "base_url": [], "api_key_env": None,
-                            "tokenizer": None, "concurrency": 8, "timeout": 60.0, "retries": 4}
-
-
-def _field(config: Any, name: str) -> Any:
-    return getattr(config, name, DEFAULTS[name])
+REGISTRY = {
+    "transformers": "prompttune.backends.transformers_backend:TransformersBackend",
+    "openai": "prompttune.backends.openai_backend:OpenAIBackend",
+    "vllm": "prompttune.backends.vllm_backend:VLLMBackend",
+}
+BACKENDS = tuple(REGISTRY)
+DEFAULTS = BackendConfig()
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,71 +41,32 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tokenizer", help="tokenizer path or id: chat templates for --backend openai "
                                            "(default: the embedded model's own when a server runs it), "
                                            "tokenization for vllm (default: the model's)")
-    group.add_argument("--concurrency", type=int, default=DEFAULTS["concurrency"],
+    group.add_argument("--concurrency", type=int, default=DEFAULTS.concurrency,
                        help="requests in flight per server (openai)")
-    group.add_argument("--timeout", type=float, default=DEFAULTS["timeout"],
+    group.add_argument("--timeout", type=float, default=DEFAULTS.timeout,
                        help="seconds per HTTP request (openai)")
-    group.add_argument("--retries", type=int, default=DEFAULTS["retries"],
+    group.add_argument("--retries", type=int, default=DEFAULTS.retries,
                        help="retries per call on connection errors, 429 and 5xx (openai)")
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """The parsed options as config fields (`RunConfig(**backend_options(args), ...)`)."""
-    names = ("model", "dtype", "device", "batch_size", *DEFAULTS)
-    return {name: getattr(args, name) for name in names}
+    return {name: getattr(args, name) for name in BackendConfig.model_fields}
 
 
-def _load_tokenizer(name: str) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot load tokenizer {name!r}: {str(exc).splitlines()[0]}") from exc
-
-
-def _embedded_tokenizer_if_served(served: str) -> Any:
-    """A server running the embedded GGUF (llama.cpp names it by its path) gets that file's own
-    tokenizer, so chat prompts render exactly as in the transformers backend."""
-    from prompttune.backends.transformers_backend import embedded_model_path
-
-    try:
-        gguf = embedded_model_path()
-    except UserError:  # not installed, so not what the server runs either
-        return None
-    if Path(served).name != gguf.name:
-        return None
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+def backend_class(name: str) -> type[Backend]:
+    """The class registered under `name`, imported only now (each pulls in heavy dependencies)."""
+    if name not in REGISTRY:
+        raise UserError(f"unknown backend {name!r}; choose from {', '.join(REGISTRY)}")
+    module, _, cls = REGISTRY[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
-def build_backend(config: Any) -> Backend:
-    """The backend named by `config.backend`, built from the config's model and serving fields."""
-    kind = _field(config, "backend")
-    urls = list(_field(config, "base_url"))
-    if urls and kind != "openai":
-        raise UserError("--base-url only applies to --backend openai")
-    if kind == "transformers":
-        from prompttune.backends.transformers_backend import TransformersBackend
-
-        return TransformersBackend(config.model, dtype=config.dtype, device=config.device,
-                                   batch_size=config.batch_size)
-    if kind == "openai":
-        from prompttune.backends.openai_backend import OpenAIBackend
-
-        if not urls:
-            raise UserError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
-        name = _field(config, "tokenizer")
-        backend = OpenAIBackend(urls, config.model, api_key_env=_field(config, "api_key_env"),
-                                tokenizer=_load_tokenizer(name) if name else None,
-                                concurrency=_field(config, "concurrency"), timeout=_field(config, "timeout"),
-                                retries=_field(config, "retries"))
-        if name is None:  # the served name is known only once the server answered
-            backend.tokenizer = _embedded_tokenizer_if_served(backend.model)
-        return backend
-    if kind == "vllm":
-        from prompttune.backends.vllm_backend import VLLMBackend
-
-        return VLLMBackend(config.model, dtype=config.dtype, tokenizer=_field(config, "tokenizer"))
-    raise UserError(f"unknown backend {kind!r}; choose from {', '.join(BACKENDS)}")
+def build_backend(config: BackendConfig) -> Backend:
+    """The backend named by `config.backend`; an option that backend does not read is an error."""
+    cls = backend_class(config.backend)
+    for name in sorted(BackendConfig.model_fields.keys() - {"backend", "model", *cls.options}):
+        if getattr(config, name) != getattr(DEFAULTS, name):
+            raise UserError(f"--{name.replace('_', '-')} does not apply to --backend {config.backend} "
+                            f"(it reads --model{''.join(' --' + o.replace('_', '-') for o in cls.options)})")
+    return cls.from_config(config)

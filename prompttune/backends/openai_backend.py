@@ -16,187 +16,25 @@ httpx with asyncio rather than the `openai` client: scoring needs non-standard f
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import os
-import random
-import threading
-import time
-from dataclasses import dataclass, field
-from typing import Any, Coroutine, Literal, TypeVar
-from urllib.parse import urlsplit
+from pathlib import Path
+from typing import Any, Literal
 
 import httpx
 
 from prompttune.backends.base import Backend
+from prompttune.backends.openai_http import HttpClient, ServerError
+from prompttune.backends.openai_pool import ServerStats
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 log = logging.getLogger(__name__)
 
 ScoringMode = Literal["echo", "top_logprobs", "none"]
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-_BUSY = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)
 TOP_LOGPROBS = 20  # the most the OpenAI API allows
 _PROBE_TEXT, _PROBE_CONTINUATION = "The capital of France is", " Paris"
 _ECHO_TOLERANCE = 0.25  # nats between echoed and next-token log-probs of the same token
-T = TypeVar("T")
-
-
-class ServerError(UserError):
-    """A server refused a request or stayed unreachable through every retry."""
-
-
-@dataclass
-class ServerStats:
-    """Per-server counters for the run report; attempts = requests + retries + failures."""
-
-    requests: int = 0  # HTTP requests this server answered (a scored example may take several)
-    retries: int = 0  # attempts here that failed retryably and were tried again
-    failures: int = 0  # calls given up (or refused) with their last attempt here
-    quarantines: int = 0  # times taken out after a connection error or failed health check
-
-
-@dataclass
-class Server:
-    """One base URL and its routing state (calls in flight, quarantine and back-off)."""
-
-    url: str
-    in_flight: int = 0
-    quarantined: bool = False
-    probing: bool = False
-    retry_at: float = 0.0
-    strikes: int = 0
-    stats: ServerStats = field(default_factory=ServerStats)
-
-
-def normalize_url(url: str) -> str:
-    """`http://host:8000` means its `/v1`; any explicit path is kept as given."""
-    url = url.rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise UserError(f"--base-url {url!r} is not an http(s) URL")
-    return url if parts.path else url + "/v1"
-
-
-class ServerPool:
-    """Routes each call to the least-loaded healthy server; quarantines dead ones with back-off.
-
-    A quarantined server is health-checked (GET /models) once its back-off has passed and comes
-    back only if that check succeeds. At most `concurrency` calls are in flight per server.
-    """
-
-    def __init__(self, urls: list[str], client: httpx.AsyncClient, concurrency: int,
-                 health_timeout: float, quarantine_base: float = 1.0, quarantine_max: float = 60.0) -> None:
-        self.servers = [Server(u) for u in urls]
-        self.client = client
-        self.concurrency = concurrency
-        self.health_timeout = health_timeout
-        self.quarantine_base = quarantine_base
-        self.quarantine_max = quarantine_max
-        self._changed = asyncio.Condition()
-
-    async def healthy(self, server: Server) -> bool:
-        try:
-            response = await self.client.get(f"{server.url}/models", timeout=self.health_timeout)
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
-    def quarantine(self, server: Server) -> None:
-        if not server.quarantined:
-            server.stats.quarantines += 1
-            log.warning("server %s taken out after a failure; health-checking it again later", server.url)
-        server.quarantined = True
-        server.retry_at = time.monotonic() + min(self.quarantine_max,
-                                                 self.quarantine_base * 2 ** server.strikes)
-        server.strikes += 1
-
-    async def _readmit_due(self) -> None:
-        now = time.monotonic()
-        due = [s for s in self.servers if s.quarantined and not s.probing and s.retry_at <= now]
-        if not due:
-            return
-        for server in due:
-            server.probing = True
-        results = await asyncio.gather(*(self.healthy(s) for s in due))
-        async with self._changed:
-            for server, ok in zip(due, results):
-                server.probing = False
-                if ok:
-                    server.quarantined, server.strikes = False, 0
-                    log.warning("server %s is back", server.url)
-                else:
-                    self.quarantine(server)
-            self._changed.notify_all()
-
-    def _pick(self) -> Server | None:
-        open_ = [s for s in self.servers if not s.quarantined and s.in_flight < self.concurrency]
-        return min(open_, key=lambda s: (s.in_flight, s.stats.requests), default=None)
-
-    def _next_readmit_in(self) -> float | None:
-        waiting = [s.retry_at for s in self.servers if s.quarantined and not s.probing]
-        return max(0.0, min(waiting) - time.monotonic()) if waiting else None
-
-    async def acquire(self) -> Server:
-        while True:
-            await self._readmit_due()
-            async with self._changed:
-                server = self._pick()
-                if server is not None:
-                    server.in_flight += 1
-                    return server
-                try:
-                    await asyncio.wait_for(self._changed.wait(), self._next_readmit_in())
-                except TimeoutError:
-                    pass
-
-    async def release(self, server: Server) -> None:
-        async with self._changed:
-            server.in_flight -= 1
-            self._changed.notify_all()
-
-
-class _LoopThread:
-    """A private event loop in a daemon thread: the synchronous Backend API can drive async I/O
-    even when the caller already runs an event loop (a notebook)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="prompttune-http", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-
-async def _gather(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
-    return list(await asyncio.gather(*coros))
-
-
-def _detail(response: httpx.Response) -> str:
-    """The server's error message, first line only (bodies can be whole tracebacks)."""
-    try:
-        body = response.json()
-        message = body.get("error", body) if isinstance(body, dict) else body
-        message = message.get("message", message) if isinstance(message, dict) else message
-    except ValueError:
-        message = response.text
-    lines = str(message).strip().splitlines()
-    return lines[0][:200] if lines else response.reason_phrase
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        return min(30.0, max(0.0, float(response.headers["retry-after"])))
-    except (KeyError, ValueError):
-        return None
 
 
 def echoed_span(logprobs: dict, start: int, end: int) -> tuple[list[float], int]:
@@ -227,8 +65,46 @@ def next_piece(top: dict[str, float], rest: str) -> tuple[str, float] | None:
     return piece, float(top[piece])
 
 
+def load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot load tokenizer {name!r}: {str(exc).splitlines()[0]}") from exc
+
+
+def embedded_tokenizer_if_served(served: str) -> Any:
+    """A server running the embedded GGUF (llama.cpp names it by its path) gets that file's own
+    tokenizer, so chat prompts render exactly as in the transformers backend."""
+    from prompttune.backends.transformers_backend import embedded_model_path
+
+    try:
+        gguf = embedded_model_path()
+    except UserError:  # not installed, so not what the server runs either
+        return None
+    if Path(served).name != gguf.name:
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
 class OpenAIBackend(Backend):
     """Label scoring and greedy generation over HTTP, spread across `base_urls`."""
+
+    options = ("base_url", "api_key_env", "tokenizer", "concurrency", "timeout", "retries")
+
+    @classmethod
+    def from_config(cls, config: Any) -> "OpenAIBackend":
+        if not config.base_url:
+            raise UserError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        backend = cls(config.base_url, config.model, api_key_env=config.api_key_env,
+                      tokenizer=load_tokenizer(config.tokenizer) if config.tokenizer else None,
+                      concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)
+        if config.tokenizer is None:  # the served name is known only once the server answered
+            backend.tokenizer = embedded_tokenizer_if_served(backend.model)
+        return backend
 
     def __init__(self, base_urls: list[str], model: str, api_key_env: str | None = None,
                  tokenizer: Any = None, concurrency: int = 8, timeout: float = 60.0, retries: int = 4,
@@ -237,33 +113,18 @@ class OpenAIBackend(Backend):
         if not base_urls:
             raise UserError("--backend openai needs at least one --base-url")
         self.tokenizer = tokenizer
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff_base = backoff_base
         self._echo_shifted = False  # set by the probe
-        self._loop = _LoopThread()
+        self.http = HttpClient(base_urls, api_key_env, concurrency, timeout, retries, backoff_base, quarantine_base)
+        self.pool = self.http.pool
         try:
-            self._client = self._loop.run(self._make_client(api_key_env, len(base_urls) * (concurrency + 1)))
-            self.pool = ServerPool([normalize_url(u) for u in base_urls], self._client, concurrency,
-                                   min(timeout, 10.0), quarantine_base)
-            self.model = self._loop.run(self._start_up(model))
-            self.mode: ScoringMode = self._loop.run(self._probe_mode())
+            self.model = self.http.run(self._start_up(model))
+            self.mode: ScoringMode = self.http.run(self._probe_mode())
         except BaseException:
             self.close()
             raise
         self.model_id = f"openai:{self.model}|{self.mode}"
         message = self.describe()
         (log.info if self.mode == "echo" else log.warning)(message)
-
-    @staticmethod
-    async def _make_client(api_key_env: str | None, connections: int) -> httpx.AsyncClient:
-        headers = {}
-        key = os.environ.get(api_key_env or "OPENAI_API_KEY")
-        if api_key_env and key is None:
-            raise UserError(f"--api-key-env {api_key_env}: that environment variable is not set")
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return httpx.AsyncClient(headers=headers, limits=httpx.Limits(max_connections=connections))
 
     def describe(self) -> str:
         """One line for the run log: model, servers and which scoring method is in use."""
@@ -281,11 +142,7 @@ class OpenAIBackend(Backend):
 
     def close(self) -> None:
         """Close connections and stop the I/O thread; safe to call twice."""
-        if self._loop.loop.is_closed():
-            return
-        if getattr(self, "_client", None) is not None:
-            self._loop.run(self._client.aclose())
-        self._loop.close()
+        self.http.close()
 
     async def _start_up(self, model: str) -> str:
         """Every server must answer GET /models and serve `model` (the single served model
@@ -293,7 +150,7 @@ class OpenAIBackend(Backend):
         served: list[set[str]] = []
         for server in self.pool.servers:
             try:
-                response = await self._client.get(f"{server.url}/models", timeout=self.pool.health_timeout)
+                response = await self.http.client.get(f"{server.url}/models", timeout=self.pool.health_timeout)
                 response.raise_for_status()
                 served.append({m["id"] for m in response.json().get("data", [])})
             except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:
@@ -313,13 +170,13 @@ class OpenAIBackend(Backend):
         continuation: echo is used only if its log-prob of that token matches the next-token one."""
         try:
             body = self._next_token_body(_PROBE_TEXT, 1, TOP_LOGPROBS)
-            top = (await self._post_once("/completions", body))["choices"][0]["logprobs"]["top_logprobs"][0]
+            top = (await self.http.post_once("/completions", body))["choices"][0]["logprobs"]["top_logprobs"][0]
         except (ServerError, KeyError, IndexError, TypeError, ValueError):
             top = None
         expected = next_piece(top, _PROBE_CONTINUATION) if top else None
         full = _PROBE_TEXT + _PROBE_CONTINUATION
         try:
-            response = await self._post_once("/completions", self._echo_body(full, TOP_LOGPROBS))
+            response = await self.http.post_once("/completions", self._echo_body(full, TOP_LOGPROBS))
             choice = response["choices"][0]
             echoed = echoed_span(choice["logprobs"], len(_PROBE_TEXT), len(full))[0] \
                 if choice["text"].startswith(full) else None
@@ -336,16 +193,6 @@ class OpenAIBackend(Backend):
                         echoed[0], expected[1])
         return "top_logprobs" if top else "none"
 
-    async def _post_once(self, path: str, body: dict) -> dict:
-        server = self.pool.servers[0]
-        try:
-            response = await self._client.post(server.url + path, json=body, timeout=self.timeout)
-        except httpx.HTTPError as exc:
-            raise UserError(f"server {server.url} failed the start-up probe: {type(exc).__name__}") from None
-        if response.status_code != 200:
-            raise ServerError(f"{server.url}{path}: HTTP {response.status_code}: {_detail(response)}")
-        return response.json()
-
     def _echo_body(self, full: str, top: int = 1) -> dict:
         # max_tokens=1, not 0: llama.cpp's server reads 0 as "until the context is full".
         return {"model": self.model, "prompt": full, "max_tokens": 1, "temperature": 0.0,
@@ -356,38 +203,6 @@ class OpenAIBackend(Backend):
         if top is not None:
             body["logprobs"] = top
         return body
-
-    async def _post(self, path: str, body: dict) -> dict:
-        """One model call: least-loaded server, retries with exponential back-off (and jitter) on
-        connection errors, timeouts, 408/429/5xx; a lost connection also quarantines that server."""
-        attempt = 0
-        while True:
-            server = await self.pool.acquire()
-            delay: float | None = None
-            try:
-                response = await self._client.post(server.url + path, json=body, timeout=self.timeout)
-            except httpx.TransportError as exc:
-                if not isinstance(exc, _BUSY):  # a slow answer is no reason to take a server out
-                    self.pool.quarantine(server)
-                error = type(exc).__name__
-            else:
-                if response.status_code == 200:
-                    server.stats.requests += 1
-                    return response.json()
-                error = f"HTTP {response.status_code}: {_detail(response)}"
-                if response.status_code not in RETRYABLE_STATUS:
-                    server.stats.failures += 1
-                    raise ServerError(f"{server.url}{path}: {error}")
-                delay = _retry_after(response)
-            finally:
-                await self.pool.release(server)
-            if attempt == self.retries:
-                server.stats.failures += 1
-                raise ServerError(f"{server.url}{path}: giving up after {self.retries} retries ({error})")
-            server.stats.retries += 1
-            backoff = self.backoff_base * 2 ** attempt * random.uniform(0.5, 1.0)
-            await asyncio.sleep(backoff if delay is None else delay)
-            attempt += 1
 
     def to_text(self, prompt: Prompt) -> str:
         if prompt.messages is None:
@@ -404,14 +219,14 @@ class OpenAIBackend(Backend):
             raise UserError(f"{self.pool.servers[0].url} returns no log-probs, so labels cannot be "
                             "scored: use --scoring generate")
         scorer = self._score_echo if self.mode == "echo" else self._score_top
-        return self._loop.run(_gather([scorer(r) for r in requests]))
+        return self.http.gather([scorer(r) for r in requests])
 
     async def _score_echo(self, request: ScoreRequest) -> ScoreResult:
         start = len(request.text)
 
         async def one(continuation: str) -> tuple[list[float], int]:
             full = request.text + continuation
-            choice = (await self._post("/completions", self._echo_body(full)))["choices"][0]
+            choice = (await self.http.post("/completions", self._echo_body(full)))["choices"][0]
             return echoed_span(choice["logprobs"], start, len(full))
 
         spans = [await one(c) for c in request.continuations]  # in order: the server's prefix cache hits
@@ -446,12 +261,12 @@ class OpenAIBackend(Backend):
         """Top next-token log-probs after `text` (and the response). When the likeliest next token
         ends the text, some servers (llama-cpp-python) return no completion token and so no
         log-probs; their shifted echo still holds them at the last prompt position."""
-        response = await self._post("/completions", self._next_token_body(text, 1, TOP_LOGPROBS))
+        response = await self.http.post("/completions", self._next_token_body(text, 1, TOP_LOGPROBS))
         tops = (response["choices"][0].get("logprobs") or {}).get("top_logprobs") or []
         if tops and tops[0]:
             return tops[0], response
         if self._echo_shifted:
-            echoed = await self._post("/completions", self._echo_body(text, TOP_LOGPROBS))
+            echoed = await self.http.post("/completions", self._echo_body(text, TOP_LOGPROBS))
             top = last_prompt_top(echoed["choices"][0]["logprobs"], len(text))
             if top:
                 return top, response
@@ -459,11 +274,11 @@ class OpenAIBackend(Backend):
                           "next token ends the text): use --scoring generate")
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        return self._loop.run(_gather([self._generate_one(r) for r in requests]))
+        return self.http.gather([self._generate_one(r) for r in requests])
 
     async def _generate_one(self, request: GenerateRequest) -> GenerateResult:
         top = None if self.mode == "none" else 1
-        response = await self._post("/completions", self._next_token_body(request.text,
+        response = await self.http.post("/completions", self._next_token_body(request.text,
                                                                            request.max_new_tokens, top))
         choice = response["choices"][0]
         token_logprobs = tuple(float(x) for x in ((choice.get("logprobs") or {}).get("token_logprobs") or []))

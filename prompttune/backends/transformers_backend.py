@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -54,6 +54,12 @@ def _batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
 
 
 class TransformersBackend(Backend):
+    options = ("dtype", "device", "batch_size")
+
+    @classmethod
+    def from_config(cls, config: Any) -> "TransformersBackend":
+        return cls(config.model, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
+
     def __init__(self, model: str = EMBEDDED_MODEL, dtype: str = "auto", device: str = "cpu",
                  batch_size: int = 32, max_batch_tokens: int = 8192) -> None:
         self.device = device

@@ -29,6 +29,12 @@ def _import_vllm() -> Any:
 
 
 class VLLMBackend(Backend):
+    options = ("dtype", "tokenizer")
+
+    @classmethod
+    def from_config(cls, config: Any) -> "VLLMBackend":
+        return cls(config.model, dtype=config.dtype, tokenizer=config.tokenizer)
+
     def __init__(self, model: str, dtype: str = "auto", tokenizer: str | None = None,
                  **engine_options: Any) -> None:
         """`engine_options` go to `vllm.LLM` unchanged (e.g. tensor_parallel_size, max_model_len)."""

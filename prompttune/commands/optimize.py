@@ -86,8 +86,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     require_dev_budget(config, task)
     own_backend = backend is None
     backend = backend or build_backend(config)
-    if hasattr(backend, "describe"):
-        console.print(backend.describe())
+    console.print(backend.describe())
     run_dir = make_run_dir(config, task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     own_cache = cache is None
@@ -145,7 +144,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     print_summary(result, console)
     if own_cache:
         cache.close()
-    if own_backend and hasattr(backend, "close"):
+    if own_backend:
         backend.close()
     return result
 
