@@ -103,6 +103,7 @@ def add_evaluate_parser(commands: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from prompttune.compare.commands import add_compare_commands
     from prompttune.export import add_export_command
+    from prompttune.htmlreport import add_report_command
 
     parser = argparse.ArgumentParser(prog="prompttune", description="Automatic prompt optimization "
                                      "with honest, held-out verdicts.")
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_space_commands(commands)
     add_compare_commands(commands)
     add_export_command(commands)
+    add_report_command(commands)
     return parser
 
 

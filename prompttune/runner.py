@@ -20,6 +20,8 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.htmlreport import write_html_report
+from prompttune.htmlreport.facts import write_run_facts
 from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, get_optimizer, run_search
 from prompttune.optimizers.proposer import Proposer
@@ -174,8 +176,12 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                  verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
     write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
+                 label="baseline: the task's default prompt, the one every candidate must beat")
     result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started)
     write_report(result, config, task, space, baseline)
+    write_run_facts(result, task)
+    write_html_report(run_dir)
     print_summary(result, console)
     if own_cache:
         cache.close()

@@ -26,6 +26,7 @@ from prompttune.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.htmlreport import write_html_report
 from prompttune.runner import build_backend, load_run_task, load_space, new_run_dir, require_dev_budget
 
 
@@ -89,5 +90,6 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                             time.time() - started)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
+    write_html_report(run_dir)
     print_summary(comparison, console)
     return comparison

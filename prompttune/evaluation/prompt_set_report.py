@@ -1,4 +1,5 @@
-"""Run directory of `evaluate`: report.md, prompts.jsonl, records.jsonl, summary.json, accuracy.png."""
+"""Run directory of `evaluate`: report.md, report.html, prompts.jsonl, records.jsonl, summary.json,
+accuracy.png."""
 
 from __future__ import annotations
 
@@ -207,6 +208,9 @@ def write_outputs(result: "EvaluationResult") -> None:
     (run / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     plot_accuracies(result, run / "accuracy.png")
     write_report(result)
+    from prompttune.htmlreport import write_html_report  # here: the page reads what was just written
+
+    write_html_report(run)
 
 
 def print_summary(result: "EvaluationResult", console: Console) -> None:
