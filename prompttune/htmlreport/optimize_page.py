@@ -142,7 +142,8 @@ def _anytime_section(trials: list[dict], facts: dict, cap: int) -> Html:
         ax.axhline(baseline, color="#d62728", linestyle="--", linewidth=1.2,
                    label=f"baseline on the leader's dev examples ({baseline:.3f})")
     ax.set_title("Best dev objective so far against search calls (dotted: the cap)")
-    ax.legend(loc="lower right", fontsize=8)
+    if points or not math.isnan(baseline):
+        ax.legend(loc="lower right", fontsize=8)
     return section("Anytime curve", figure_img(fig, "best dev objective against calls spent"),
                    para("Dev scores are selected on dev: optimistic by construction. Only the test split decides.",
                         "note"))
