@@ -61,4 +61,4 @@ def compare_page(run_dir: Path) -> str:
     subtitle = (f"Model {run['model']}, scoring {run['scoring']}; cap {run['budget']} search calls per run; "
                 f"splits train {run['train_size']} / dev {run['dev_size']} / test {run['test_size']} shared by all "
                 f"arms; seeds {', '.join(map(str, config['seeds']))}.")
-    return document(f"prompttune compare: {run['task']} · {', '.join(config['optimizers'])}", subtitle, parts)
+    return document(f"prompttune compare: {Path(run['task']).stem} · {', '.join(config['optimizers'])}", subtitle, parts)

@@ -72,4 +72,4 @@ def evaluate_page(run_dir: Path) -> str:
                    "note")]
     subtitle = (f"Model {config['model']}; {len(prompts)} prompts on {n_examples} {config['split']} examples; "
                 f"seed {config['seed']}.")
-    return document(f"prompttune evaluate: {config['task']} · {len(prompts)} prompts", subtitle, parts)
+    return document(f"prompttune evaluate: {Path(config['task']).stem} · {len(prompts)} prompts", subtitle, parts)
