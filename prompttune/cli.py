@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from pydantic import ValidationError
 
-from prompttune.commands import compare, evaluate, export, optimize, space
+from prompttune.commands import compare, evaluate, export, optimize, report, space
 from prompttune.core.errors import UserError
 
 EXIT_USAGE = 2
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="prompttune", description="Automatic prompt optimization "
                                      "with honest, held-out verdicts.")
     commands = parser.add_subparsers(dest="command", required=True)
-    for command in (optimize, evaluate, space, compare, export):
+    for command in (optimize, evaluate, space, compare, export, report):
         command.add_parser(commands)
     return parser
 

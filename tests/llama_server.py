@@ -2,7 +2,7 @@
 
 `running_llama_server` starts it on a free loopback port, waits until GET /v1/models answers,
 and stops it by PID; `llama_server` is the session fixture around it. A missing llama_cpp is a
-failure, not a skip: `make setup` installs it, so its absence means a broken set-up.
+failure, not a skip: `make test` installs it, so its absence means a broken set-up.
 """
 
 from __future__ import annotations
@@ -79,6 +79,6 @@ def llama_server() -> Iterator[str]:
     from prompttune.backends.transformers_backend import embedded_model_path
 
     if importlib.util.find_spec("llama_cpp") is None:
-        pytest.fail(f"llama_cpp is not installed; run `make setup` (it does `{INSTALL}`)")
+        pytest.fail(f"llama_cpp is not installed; run `make test` (it does `{INSTALL}`)")
     with running_llama_server(embedded_model_path()) as url:
         yield url

@@ -119,6 +119,10 @@ def test_compare_two_optimizers_two_seeds_matched_budgets(tmp_path: Path) -> Non
                    "![anytime curves](anytime.png)", "## Fairness", "no search-time model request quoted"):
         assert needle in report
     assert (result.run_dir / "anytime.png").stat().st_size > 10_000
+    page = (result.run_dir / "report.html").read_text()
+    for needle in ("<h2>Per seed", "<h2>Anytime curves", "<h2>Fairness checks", "data:image/png;base64,"):
+        assert needle in page
+    assert all((r.run_dir / "report.html").is_file() for r in result.runs)
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert [a["arm"] for a in summary["arms"]] == ["random", "sh"]
     assert all(len(r.test_correct) == config.test_size for r in result.runs)

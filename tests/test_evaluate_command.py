@@ -94,6 +94,10 @@ def test_evaluate_writes_the_run_directory_and_charges_every_call(tmp_path: Path
                    "Top-3 IoU", "Spearman ρ", "Template ensembles", "POSIX", "ψ =", "top-two",
                    "quantiles", "276 model calls", "tokens", "Item: {text}"):
         assert phrase in report, phrase
+    page = (run / "report.html").read_text()
+    for phrase in ("<h2>Per-prompt accuracy", "<h2>Per prompt — calibrated", "<h2>Sensitivity to the wording",
+                   "Kendall&#x27;s W", "Top-two label log-probability gap", "POSIX ψ =", "data:image/png;base64,"):
+        assert phrase in page, phrase
     lines = (run / "records.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 4 * 60 and {"pred", "gold", "label_logprobs"} <= set(json.loads(lines[0]))
     assert json.loads((run / "summary.json").read_text())["ledger"]["calls"] == 276

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from prompttune.core.errors import UserError
 from prompttune.tasks import SplitSizes, load_task
+from prompttune.tasks.builtin import _agnews_local, _clean_agnews
 
 SMALL = SplitSizes(train=20, dev=12, test=16)
 
@@ -51,6 +53,25 @@ def test_real_shared_data_loads(data_dir: Path) -> None:
     assert all(e.id.startswith("sst2-validation") for e in sst2.splits["test"])
 
 
+def test_agnews_entities_are_decoded_on_real_rows(data_dir: Path) -> None:
+    pools = _agnews_local(data_dir)
+    test = {e.id: e.fields["text"] for e in pools["test"]}
+    train = {e.id: e.fields["text"] for e in pools["train"]}
+    assert test["agnews-test-2697"].startswith("WASHINGTON (CBS.MW) - Standard & Poor's on Tuesday cut")
+    assert 'joestar writes "Mandrakesoft & LaCie have just launched "GlobeTrotter", a' in test["agnews-test-805"]
+    assert "Texas Instruments Inc. <TXN.N>, STMicroelectronics <STM.PA> and" in test["agnews-test-10"]
+    assert "phone bills for millions of consumers. -The Washington" in test["agnews-test-89"]  # <FONT …> dropped
+    assert "the $10 million Ansari X Prize" in test["agnews-test-1"]
+    assert "the inaugural Western & Southern Financial Group" in train["agnews-train-6343"]  # &amp;amp;amp;
+    debris = re.compile(r"(?:^|\s)(?:amp|quot|lt|gt);|#\d+;|&[a-z]+;|</?(?:b|a|font|p)[\s>]", re.IGNORECASE)
+    assert [t for t in [*test.values(), *train.values()] if debris.search(t)] == []
+
+
+def test_agnews_cleaning_leaves_ordinary_text_alone() -> None:
+    text = "Ranked #1; AT&T and R&D up 5% as 3 < 4, Inc. <AAPL.O> rose"
+    assert _clean_agnews(text) == text
+
+
 def test_missing_data_dir_and_unknown_task() -> None:
     with pytest.raises(UserError, match="does not exist"):
         load_task("agnews", "/nonexistent/dir", SMALL)
@@ -84,6 +105,14 @@ def test_custom_task_with_split_column(tmp_path: Path) -> None:
         f"text {i},{'good' if i % 2 else 'bad'},{['train', 'validation', 'test'][i % 3]}\n" for i in range(120))
     task = load_task(str(_custom(tmp_path, rows, "split_column: split\n")), sizes=SMALL)
     assert all(int(e.fields["review"].split()[1]) % 3 == 2 for e in task.splits["test"])
+
+
+def test_custom_task_names_its_delimiter(tmp_path: Path) -> None:
+    rows = "review;verdict\n" + "".join(f"text {i}, with a comma;{'good' if i % 2 else 'bad'}\n" for i in range(60))
+    task = load_task(str(_custom(tmp_path, rows, 'delimiter: ";"\n')), sizes=SMALL)
+    assert all(e.fields["review"].endswith(", with a comma") for e in task.splits["test"])
+    with pytest.raises(UserError, match=r"reviews.yaml: delimiter: .*one character, got ';;'"):
+        load_task(str(_custom(tmp_path, rows, 'delimiter: ";;"\n')), sizes=SMALL)
 
 
 def test_custom_task_errors(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from prompttune.commands.common import (
 )
 from prompttune.commands.compare_report import print_summary, write_report
 from prompttune.commands.optimize import run_optimization
+from prompttune.commands.report import write_html_report
 from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
 from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
@@ -133,6 +134,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                             time.time() - started)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
+    write_html_report(run_dir)
     print_summary(comparison, console)
     return comparison
 

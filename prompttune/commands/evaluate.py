@@ -19,6 +19,7 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import backend_options, build_backend
 from prompttune.commands.common import add_run_arguments, make_run_dir
 from prompttune.commands.evaluate_report import print_summary, write_outputs
+from prompttune.commands.report import write_html_report
 from prompttune.core.config import BackendConfig, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import Record
@@ -266,6 +267,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None,
                               base if ensembles is not None else None, posix, ledger, backend.model_id,
                               time.time() - started)
     write_outputs(result)
+    write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
     print_summary(result, console)
     return result
 

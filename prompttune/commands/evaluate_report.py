@@ -1,4 +1,5 @@
-"""Run directory of `evaluate`: report.md, prompts.jsonl, records.jsonl, summary.json, accuracy.png."""
+"""Run directory of `evaluate`: report.md, report.html, prompts.jsonl, records.jsonl, summary.json,
+accuracy.png."""
 
 from __future__ import annotations
 

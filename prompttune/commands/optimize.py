@@ -23,7 +23,9 @@ from prompttune.commands.common import (
     parse_option,
     require_dev_budget,
 )
+from prompttune.commands.html.facts import write_run_facts
 from prompttune.commands.optimize_report import describe_change, print_summary, write_report
+from prompttune.commands.report import write_html_report
 from prompttune.core.config import RunConfig
 from prompttune.core.storage import JsonlStorage
 from prompttune.evaluation.cache import ResultCache
@@ -139,8 +141,12 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                  verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
     write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
+                 label="baseline: the task's default prompt, the one every candidate must beat")
     result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started)
     write_report(result, config, task, space, baseline)
+    write_run_facts(result, task)
+    write_html_report(run_dir)
     print_summary(result, console)
     if own_cache:
         cache.close()

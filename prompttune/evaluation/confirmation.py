@@ -8,9 +8,10 @@ prompt, or the baseline when nothing is confirmed.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from prompttune.core.types import Record
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired_bootstrap_ci, paired_compare, wilson_ci
 from prompttune.search_spaces.space import Candidate
@@ -66,6 +67,7 @@ class Verdict:
     baseline: Candidate
     tested: list[Tested]
     baseline_only: Confirmation  # the baseline on test (what ships when nothing is confirmed)
+    records: dict[str, list[Record]] = field(default_factory=dict)  # candidate id -> its test records
 
     @property
     def confirmed(self) -> Tested | None:
@@ -107,15 +109,17 @@ def held_out_verdict(baseline: Candidate, ranking: Sequence[Candidate], test_eva
     is tested. With K > 1 the p-values are Holm-adjusted and the first confirmed in dev order ships.
     """
     calls_before = test_evaluator.ledger.calls
-    base = [r.correct for r in test_evaluator.evaluate(baseline.spec, test_ids)]
+    records = {baseline.id: test_evaluator.evaluate(baseline.spec, test_ids)}
+    base = [r.correct for r in records[baseline.id]]
     baseline_only = paired_confirmation(base, base, test_evaluator.ledger.calls - calls_before, seed)
     contenders = [c for c in list(ranking)[:top_k] if c.id != baseline.id]
     confirmations = []
     for candidate in contenders:
         before = test_evaluator.ledger.calls
-        cand = [r.correct for r in test_evaluator.evaluate(candidate.spec, test_ids)]
+        records[candidate.id] = test_evaluator.evaluate(candidate.spec, test_ids)
+        cand = [r.correct for r in records[candidate.id]]
         confirmations.append(paired_confirmation(cand, base, test_evaluator.ledger.calls - before, seed))
     reject, adjusted = adjust_pvalues([c.comparison.p_one_sided for c in confirmations], "holm", alpha)
     tested = [Tested(c, conf, p, ok) for c, conf, p, ok in zip(contenders, confirmations, adjusted, reject)]
     dev_winner = ranking[0] if ranking else baseline
-    return Verdict(alpha, top_k, dev_winner, baseline, tested, baseline_only)
+    return Verdict(alpha, top_k, dev_winner, baseline, tested, baseline_only, records)

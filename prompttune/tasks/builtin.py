@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import os
 import re
 from pathlib import Path
@@ -24,16 +25,26 @@ AGNEWS_VERBALIZERS = [
 SST2_LABELS = ["negative", "positive"]
 SST2_VERBALIZERS = [["negative", "bad", "terrible", "sad"], ["positive", "good", "great", "happy"]]
 
-_AGNEWS_ESCAPES = [(re.compile(r"\s?#39;"), "'"), (re.compile(r"#36;"), "$"),
-                   (re.compile(r"\s?#146;"), "'"), (re.compile(r"\\"), " "),
-                   (re.compile(r"\s{2,}"), " ")]
+# The AG News dump lost the "&" of many entities, leaving a space in its place (" amp;", " #39;s",
+# " quot;"); some entities survived ("&lt;b&gt;"), some were escaped twice ("&amp;amp;").
+_STRIPPED_ENTITY = re.compile(r"\s?(?<![&\w;])(#\d{2,4};|(?:amp|quot|lt|gt|apos|nbsp);)")
+_MARKUP_TAG = re.compile(r"</?(?:a|b|i|p|br|font)(?:\s[^<>]*)?/?>", re.IGNORECASE)
+
+
+def _restore_ampersand(match: re.Match[str]) -> str:
+    """Put back the lost "&", except for numeric forms that name no printable character."""
+    entity = match.group(1)
+    printable = not entity.startswith("#") or int(entity[1:-1]) >= 32
+    return "&" + entity if printable else match.group(0)
 
 
 def _clean_agnews(text: str) -> str:
-    """Undo the HTML-entity residue and backslash line breaks of the AG News dump."""
-    for pattern, repl in _AGNEWS_ESCAPES:
-        text = pattern.sub(repl, text)
-    return text.strip()
+    """Decode the AG News dump's entities, broken or not, and drop its stray HTML markup."""
+    text = _STRIPPED_ENTITY.sub(_restore_ampersand, text)
+    while (decoded := html.unescape(text)) != text:  # twice-escaped entities need two passes
+        text = decoded
+    text = _MARKUP_TAG.sub(" ", text).replace("\\", " ")
+    return re.sub(r"\s{2,}", " ", text).strip()
 
 
 def _require(path: Path, data_dir: Path) -> Path:

@@ -30,6 +30,14 @@ class TaskFile(BaseModel):
     labels: dict[str, list[str]] = Field(description="label value in the data -> verbalizer words")
     split_column: str | None = None
     description: str = ""
+    delimiter: str | None = Field(None, description="field delimiter of a csv/tsv file (default , or tab)")
+
+    @field_validator("delimiter")
+    @classmethod
+    def _one_character(cls, value: str | None) -> str | None:
+        if value is not None and len(value) != 1:
+            raise ValueError(f"the delimiter must be one character, got {value!r}")
+        return value
 
     @field_validator("labels")
     @classmethod
@@ -42,12 +50,12 @@ class TaskFile(BaseModel):
         return value
 
 
-def _read_rows(path: Path, fmt: str) -> list[dict[str, str]]:
+def _read_rows(path: Path, fmt: str, delimiter: str | None) -> list[dict[str, str]]:
     if fmt == "jsonl":
         with open(path, encoding="utf-8") as f:
             return [{k: str(v) for k, v in json.loads(line).items()} for line in f if line.strip()]
     with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter="\t" if fmt == "tsv" else ","))
+        return list(csv.DictReader(f, delimiter=delimiter or ("\t" if fmt == "tsv" else ",")))
 
 
 def _parse_spec(path: Path) -> TaskFile:
@@ -67,7 +75,9 @@ def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
     if not data_path.is_file():
         raise UserError(f"{path}: data file {data_path} not found")
     fmt = spec.format or {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(data_path.suffix, "csv")
-    rows = _read_rows(data_path, fmt)
+    if fmt == "jsonl" and spec.delimiter:
+        raise UserError(f"{path}: delimiter: a jsonl file has no delimiter")
+    rows = _read_rows(data_path, fmt, spec.delimiter)
     columns = (dict(zip(spec.text_columns, spec.text_columns)) if isinstance(spec.text_columns, list)
                else dict(spec.text_columns))
     label_names = list(spec.labels)

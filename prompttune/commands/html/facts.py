@@ -1,0 +1,42 @@
+"""What report.html needs beyond trials.jsonl and the prompt files, persisted by the runner so
+that `prompttune report RUN_DIR` rebuilds the page from the directory alone."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prompttune.commands.optimize import RunResult
+    from prompttune.tasks.base import Task
+
+OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",
+                  "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts")
+
+
+def write_run_facts(result: "RunResult", task: "Task") -> None:
+    """verdict.json (decision, test figures, dev summary, ledgers) and test_records.jsonl (each
+    test example with the prediction of the baseline and of every candidate tested on test)."""
+    v, o = result.verdict, result.outcome
+    facts = {
+        "task": task.name, "labels": task.labels,
+        "splits": {name: len(split) for name, split in task.splits.items()},
+        "verdict": {"summary": v.summary(), "alpha": v.alpha, "top_k": v.top_k, "baseline": v.baseline.id,
+                    "dev_winner": v.dev_winner.id, "shipped": v.shipped.id,
+                    "baseline_only": v.baseline_only.to_dict(),
+                    "tested": [{"candidate_id": t.candidate.id, "confirmation": t.confirmation.to_dict(),
+                                "p_adjusted": t.p_adjusted, "confirmed": bool(t.confirmed)} for t in v.tested]},
+        "search": {name: getattr(o, name) for name in OUTCOME_FIELDS},
+        "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
+        "wall_seconds": result.wall_seconds,
+    }
+    (result.run_dir / "verdict.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False))
+    test = {ex.id: ex for ex in task.splits["test"]}
+    base = v.records[v.baseline.id]
+    with open(result.run_dir / "test_records.jsonl", "w", encoding="utf-8") as f:
+        for i, record in enumerate(base):
+            example = test[record.example_id]
+            f.write(json.dumps({"example_id": record.example_id, "text": "\n".join(example.fields.values()),
+                                "gold": record.gold,
+                                "pred": {cid: rows[i].pred for cid, rows in v.records.items()}},
+                               ensure_ascii=False) + "\n")

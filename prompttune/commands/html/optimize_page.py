@@ -1,0 +1,320 @@
+"""report.html of an `optimize` run, from its directory: verdict, anytime curve, the effect of
+each search dimension, per-class test results, discordant examples, the prompt, the budget."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from prompttune.commands.html.page import (
+    Html,
+    document,
+    esc,
+    figure,
+    figure_img,
+    para,
+    pre,
+    read_json,
+    read_jsonl,
+    section,
+    table,
+)
+from prompttune.commands.optimize_report import _ci
+from prompttune.compare.plot import draw_anytime
+from prompttune.compare.summary import t_interval
+from prompttune.objectives.stats import wilson_ci
+
+MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing
+DISCORDANT_SHOWN = 6
+INVALID = "(invalid)"
+
+
+@dataclass
+class Scored:
+    """One grid candidate: its dimension values and its n-weighted mean dev score over its trials."""
+
+    candidate_id: str
+    values: dict[str, str]
+    score: float
+    n: int
+
+
+def value_label(value: object) -> str:
+    """A dimension value as text: strings quoted (separators stay visible), the rest as JSON."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def scored_candidates(trials: list[dict]) -> list[Scored]:
+    """Grid candidates (those with dimension values) with their dev score pooled over trials."""
+    pooled: dict[str, Scored] = {}
+    for t in trials:
+        if not t.get("dimensions"):
+            continue
+        s = pooled.setdefault(t["candidate_id"], Scored(t["candidate_id"], {k: value_label(v) for k, v in
+                                                                            t["dimensions"].items()}, 0.0, 0))
+        s.score = (s.score * s.n + t["score"] * t["n"]) / (s.n + t["n"])
+        s.n += t["n"]
+    return list(pooled.values())
+
+
+def varying_dimensions(scored: list[Scored]) -> dict[str, list[str]]:
+    """Dimensions that took two or more values among the evaluated candidates, values in order seen."""
+    seen: dict[str, dict[str, None]] = {}
+    for s in scored:
+        for name, value in s.values.items():
+            seen.setdefault(name, {})[value] = None
+    return {name: list(values) for name, values in seen.items() if len(values) > 1}
+
+
+def fanova_importances(scored: list[Scored], dims: dict[str, list[str]]) -> dict[str, float] | str:
+    """Optuna's fANOVA over the grid candidates (one in-memory trial each), or why it was skipped."""
+    if len(scored) < MIN_FANOVA_CANDIDATES or not dims:
+        return (f"fANOVA skipped: {len(scored)} grid candidate(s) with {len(dims)} varying dimension(s); it needs "
+                f"at least {MIN_FANOVA_CANDIDATES} candidates and one dimension that varies.")
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.importance import FanovaImportanceEvaluator
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(direction="maximize")
+        distributions = {name: CategoricalDistribution(values) for name, values in dims.items()}
+        study.add_trials([optuna.trial.create_trial(params={name: s.values[name] for name in dims},
+                                                    distributions=distributions, value=s.score) for s in scored])
+        return optuna.importance.get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def _short(text: str, limit: int = 48) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _dimension_section(trials: list[dict], baseline_id: str) -> Html:
+    scored = scored_candidates(trials)
+    dims = varying_dimensions(scored)
+    if not dims:
+        return section("Search dimensions", para("No grid dimension varied among the evaluated candidates "
+                                                 "(proposed prompts carry no dimension values).", "note"))
+    base = next((s.values for s in scored if s.candidate_id == baseline_id), {})
+    fig = figure(9, 1.2 + 0.32 * sum(len(v) + 1.5 for v in dims.values()))
+    axes = fig.subplots(len(dims), 1, sharex=True, gridspec_kw={"height_ratios": [len(v) + 1.5 for v in dims.values()]},
+                        squeeze=False)[:, 0]
+    rows = []
+    for ax, (name, values) in zip(axes, dims.items()):
+        stats = []
+        for value in values:
+            scores = [s.score for s in scored if s.values[name] == value]
+            low, high = t_interval(scores, (0.0, 1.0)) if len(scores) > 1 else (math.nan, math.nan)
+            stats.append((float(np.mean(scores)), low, high, len(scores)))
+            rows.append([name, _short(value, 70), len(scores), f"{stats[-1][0]:.3f}",
+                         "–" if math.isnan(low) else _ci((low, high))])
+        y = np.arange(len(values))
+        means = np.array([m for m, *_ in stats])
+        err = np.array([[m - lo, hi - m] if not math.isnan(lo) else [0, 0] for m, lo, hi, _ in stats]).T
+        colours = ["#d62728" if base.get(name) == v else "#1f77b4" for v in values]
+        ax.errorbar(means, y, xerr=err, fmt="none", ecolor="grey", capsize=3)
+        ax.scatter(means, y, c=colours, zorder=3)
+        ax.set_yticks(y, [f"{_short(v)} (n={k})" for v, (*_, k) in zip(values, stats)], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_title(name, fontsize=10, loc="left")
+        ax.grid(alpha=0.3, axis="x")
+    axes[-1].set_xlabel("mean dev score of the candidates with this value (95% t-interval; red: baseline's value)")
+    importances = fanova_importances(scored, dims)
+    if isinstance(importances, str):
+        fanova = para(importances, "note")
+    else:
+        fanova = table(["dimension", "fANOVA importance"], [[k, f"{v:.3f}"] for k, v in importances.items()], (1,))
+    return section(
+        "Search dimensions",
+        para(f"{len(scored)} grid candidates; each scored by its mean dev objective over every example it was "
+             "evaluated on (candidates scored on few examples are noisier). Importances: Optuna's fANOVA "
+             "(a random forest over the candidates' dimension values, seed 0): the share of the variance in "
+             "dev score each dimension explains on its own.", "note"),
+        figure_img(fig, "per-value mean dev score for each search dimension"), fanova,
+        Html("<details><summary>per-value table</summary>" +
+             table(["dimension", "value", "candidates", "mean dev score", "95% CI"], rows, (2, 3)) + "</details>"))
+
+
+def _anytime_section(trials: list[dict], facts: dict, cap: int) -> Html:
+    points = [(t["budget_spent"], t["best_so_far"]) for t in trials if t.get("best_so_far") is not None]
+    spent = facts["ledgers"]["search"]["calls"]
+    fig = figure(8.5, 4.2)
+    ax = fig.subplots()
+    draw_anytime(ax, [("best-so-far (dev)", points, spent)], ["best-so-far (dev)"], cap)
+    baseline = facts["search"]["baseline_dev_score"]
+    if not math.isnan(baseline):
+        ax.axhline(baseline, color="#d62728", linestyle="--", linewidth=1.2,
+                   label=f"baseline on the leader's dev examples ({baseline:.3f})")
+    ax.set_title("Best dev objective so far against search calls (dotted: the cap)")
+    if points or not math.isnan(baseline):
+        ax.legend(loc="lower right", fontsize=8)
+    return section("Anytime curve", figure_img(fig, "best dev objective against calls spent"),
+                   para("Dev scores are selected on dev: optimistic by construction. Only the test split decides.",
+                        "note"))
+
+
+def _confusion(gold: list[int], pred: list[int | None], n_labels: int) -> np.ndarray:
+    matrix = np.zeros((n_labels, n_labels + 1), dtype=int)
+    for g, p in zip(gold, pred):
+        matrix[g, n_labels if p is None else p] += 1
+    return matrix
+
+
+def _test_section(records: list[dict], labels: list[str], who: dict[str, str]) -> Html:
+    """Per-class accuracy and confusion matrix on test of each prompt in `who` (name -> candidate id)."""
+    gold = [r["gold"] for r in records]
+    preds = {name: [r["pred"][cid] for r in records] for name, cid in who.items()}
+    rows, bars = [], {}
+    for k, label in enumerate(labels):
+        idx = [i for i, g in enumerate(gold) if g == k]
+        cells = [label, len(idx)]
+        for name, pred in preds.items():
+            right = sum(pred[i] == k for i in idx)
+            ci = wilson_ci(right, len(idx)) if idx else (math.nan, math.nan)
+            bars.setdefault(name, []).append((right / len(idx) if idx else math.nan, *ci))
+            cells += [f"{right / len(idx):.3f}" if idx else "–", _ci(ci)]
+        rows.append(cells)
+    fig = figure(8.5, 3.6)
+    ax = fig.subplots()
+    x = np.arange(len(labels))
+    for j, (name, values) in enumerate(bars.items()):
+        acc = np.array([v[0] for v in values])
+        err = np.array([[a - lo, hi - a] for a, lo, hi in values]).T
+        ax.bar(x + (j - (len(bars) - 1) / 2) * 0.38, acc, 0.38, yerr=err, capsize=3, label=name,
+               color=("#9e9e9e", "#2e7d32")[j])
+    ax.set_xticks(x, labels)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("test accuracy (Wilson 95% CI)")
+    ax.legend(fontsize=8)
+    show_invalid = any(p is None for pred in preds.values() for p in pred)
+    cm = figure(4.2 * len(preds) + 0.6, 3.8)
+    for ax2, (name, pred) in zip(cm.subplots(1, len(preds), squeeze=False)[0], preds.items()):
+        matrix = _confusion(gold, pred, len(labels))[:, :len(labels) + show_invalid]
+        ax2.imshow(matrix, cmap="Blues")
+        for (i, j), count in np.ndenumerate(matrix):
+            ax2.text(j, i, str(count), ha="center", va="center", fontsize=8,
+                     color="white" if count > matrix.max() / 2 else "black")
+        columns = labels + ([INVALID] if show_invalid else [])
+        ax2.set_xticks(range(len(columns)), columns, rotation=30, ha="right", fontsize=8)
+        ax2.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax2.set_xlabel("predicted")
+        ax2.set_ylabel("gold")
+        ax2.set_title(name, fontsize=10)
+    header = ["class", "n"] + [h for name in preds for h in (f"{name} accuracy", "95% CI")]
+    return section(f"Held-out test per class: {' vs '.join(preds)}",
+                   table(header, rows, (1, 2, 4)), figure_img(fig, "per-class test accuracy"),
+                   figure_img(cm, "confusion matrices on test"))
+
+
+def _discordant_section(records: list[dict], labels: list[str], base_id: str, best_id: str, best_name: str) -> Html:
+    def name(pred: int | None) -> str:
+        return INVALID if pred is None else labels[pred]
+
+    parts = []
+    for title, wins in ((f"{best_name} right, baseline wrong", best_id), (f"baseline right, {best_name} wrong", base_id)):
+        other = base_id if wins == best_id else best_id
+        rows = [r for r in records if r["pred"][wins] == r["gold"] != r["pred"][other]]
+        shown = [[r["example_id"], _short(r["text"], 320), labels[r["gold"]], name(r["pred"][base_id]),
+                  name(r["pred"][best_id])] for r in rows[:DISCORDANT_SHOWN]]
+        parts += [Html(f"<h3>{esc(title)}: {len(rows)} example(s)"
+                       f"{f', first {len(shown)} shown' if len(rows) > len(shown) else ''}</h3>"),
+                  table(["example", "text", "gold", "baseline says", f"{best_name} says"], shown) if shown else
+                  para("none", "note")]
+    return section("Discordant test examples", *parts)
+
+
+def _diff(before: str, after: str) -> Html:
+    """The whole prompt, with removed lines red and added lines green."""
+    lines = []
+    for line in difflib.ndiff(before.splitlines(), after.splitlines()):
+        tag, text = line[:2], esc(line[2:]) or "&nbsp;"
+        if tag == "? ":
+            continue
+        lines.append(f'<span class="{"add" if tag == "+ " else "del"}">{tag}{text}</span>' if tag in ("+ ", "- ")
+                     else f"  {text}\n")
+    return Html("<pre>" + "".join(lines) + "</pre>")
+
+
+def _prompt_section(run_dir: Path, facts: dict, best_file: str) -> Html:
+    shipped_baseline = facts["verdict"]["shipped"] == facts["verdict"]["baseline"]
+    best = read_json(run_dir / f"{best_file}.json")
+    text = (run_dir / f"{best_file}.txt").read_text(encoding="utf-8").rstrip("\n")
+    baseline = (run_dir / "baseline_prompt.txt").read_text(encoding="utf-8").rstrip("\n")
+    what = ("The baseline ships (nothing was confirmed); shown: the dev winner, which did not ship."
+            if shipped_baseline and best_file == "dev_winner" else
+            "The baseline ships: no candidate beat it on dev." if shipped_baseline else
+            "The confirmed prompt ships.")
+    return section(f"The prompt ({best_file}.txt): exactly as the model saw it on one test example",
+                   para(what), pre(text),
+                   para(f"Change from the baseline: {best['diff_from_baseline']}"),
+                   Html("<h3>Diff from the baseline (baseline_prompt.txt)</h3>"), _diff(baseline, text))
+
+
+def _budget_section(facts: dict, config: dict) -> Html:
+    search, confirm, s = facts["ledgers"]["search"], facts["ledgers"]["confirm"], facts["search"]
+    rows = [["search (charged to the budget)", f"{search['calls']} / {search['cap_calls']}",
+             ", ".join(f"{k} {v}" for k, v in sorted(search["calls_by_kind"].items())) or "–",
+             search["prompt_tokens"], search["completion_tokens"]],
+            ["held-out verdict (not charged)", confirm["calls"],
+             ", ".join(f"{k} {v}" for k, v in sorted(confirm["calls_by_kind"].items())) or "all cached",
+             confirm["prompt_tokens"], confirm["completion_tokens"]]]
+    return section("Budget and tokens",
+                   table(["ledger", "calls", "by kind", "prompt tokens", "completion tokens"], rows, (1, 3, 4)),
+                   para(f"{s['n_trials']} trials over {s['n_candidates']} candidates"
+                        f"{'; stopped by the cap' if s['stopped_by_budget'] else ''}; token cap "
+                        f"{config.get('budget_tokens') or 'none'}; wall time {facts['wall_seconds']:.0f} s."))
+
+
+def _verdict_section(facts: dict) -> Html:
+    v, s = facts["verdict"], facts["search"]
+    base = v["baseline_only"]
+    rows = [[rank, t["candidate_id"], f"{t['confirmation']['best_accuracy']:.3f}", _ci(t["confirmation"]["best_ci"]),
+             f"{t['confirmation']['gain']:+.3f} {_ci(t['confirmation']['gain_ci'])}",
+             f"{t['confirmation']['comparison']['b']} / {t['confirmation']['comparison']['c']}",
+             f"{t['confirmation']['comparison']['p_one_sided']:.3g}", f"{t['p_adjusted']:.3g}",
+             Html('<b class="ok">yes</b>' if t["confirmed"] else '<span class="bad">no</span>')]
+            for rank, t in enumerate(v["tested"], 1)]
+    dev = (f"Dev winner {s['leader_dev_score']:.3f} on {s['leader_dev_n']} dev examples vs baseline "
+           f"{s['baseline_dev_score']:.3f} on {s['baseline_dev_n']} of them, selected from F = {s['family']} "
+           "candidates (selected on dev: optimistic)." if s["leader_dev_n"] else "The search scored no dev example.")
+    return section(
+        "Verdict",
+        Html(f'<div class="verdict {"good" if v["shipped"] != v["baseline"] else "kept"}">'
+             f"{esc(v['summary'][0].upper() + v['summary'][1:])}.</div>"),
+        para(f"Baseline test accuracy {base['baseline_accuracy']:.3f} {_ci(base['baseline_ci'])} (Wilson 95%) on "
+             f"{base['n']} held-out test examples the optimizer never saw. {dev}"),
+        table(["dev rank", "candidate", "test accuracy", "95% CI (Wilson)", "gain [paired bootstrap 95% CI]",
+               "b / c", "one-sided McNemar p", "Holm p", "confirmed"], rows, (0, 2, 6, 7))
+        if rows else para("The dev winner is the baseline: nothing was tested."))
+
+
+def optimize_page(run_dir: Path) -> str:
+    config = read_json(run_dir / "config.json")
+    facts = read_json(run_dir / "verdict.json")
+    trials = read_jsonl(run_dir / "trials.jsonl")
+    records = read_jsonl(run_dir / "test_records.jsonl")
+    v, labels = facts["verdict"], facts["labels"]
+    best_id = v["shipped"] if v["shipped"] != v["baseline"] else v["dev_winner"]
+    best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
+    parts = [_verdict_section(facts), _anytime_section(trials, facts, config["budget"]),
+             _dimension_section(trials, v["baseline"])]
+    if best_id != v["baseline"]:
+        parts += [_test_section(records, labels, {"baseline": v["baseline"], best_name: best_id}),
+                  _discordant_section(records, labels, v["baseline"], best_id, best_name)]
+    else:
+        parts.append(_test_section(records, labels, {"baseline": v["baseline"]}))
+    parts += [_prompt_section(run_dir, facts, best_file), _budget_section(facts, config),
+              para(f"Generated from {run_dir.name}/ (config.json, trials.jsonl, verdict.json, test_records.jsonl, "
+                   "the prompt files); the same numbers in words: report.md.", "note")]
+    splits = facts["splits"]
+    subtitle = (f"Model {config['model']} ({config['backend']}, {config['dtype']}), scoring {config['scoring']}, "
+                f"objective {config['objective']}; splits train {splits['train']} / dev {splits['dev']} / "
+                f"test {splits['test']}; budget {config['budget']} calls.")
+    return document(f"prompttune run: {facts['task']} · {config['optimizer']} · seed {config['seed']}", subtitle, parts)

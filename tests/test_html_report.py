@@ -1,0 +1,76 @@
+"""report.html: built beside report.md by every run, rebuilt by `prompttune report RUN_DIR` from
+the directory alone, and checked in headless Chromium (every image decodes, no script error)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prompttune.cli import main
+from prompttune.commands.optimize import RunResult, run_optimization
+from tests.browser import check_page, chromium_or_skip
+from tests.test_compare import oracle_config, oracle_for
+
+
+@pytest.fixture(scope="module")
+def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
+    """A random search on the oracle with enough candidates (20) for fANOVA."""
+    config = oracle_config(tmp_path_factory.mktemp("html"), dev_size=20, budget=400)
+    return run_optimization(config, backend=oracle_for(config))
+
+
+def test_optimize_report_renders_in_a_browser(oracle_run: RunResult) -> None:
+    page = oracle_run.run_dir / "report.html"
+    text = page.read_text()
+    headings = ["Verdict", "Anytime curve", "Search dimensions", "Held-out test per class",
+                "Discordant test examples", "The prompt (best_prompt.txt)", "Budget and tokens"]
+    positions = [text.index(f"<h2>{h}") for h in headings]
+    assert positions == sorted(positions)  # the verdict first
+    assert "fANOVA importance" in text and "http" not in text.replace("http-equiv", "")  # self-contained
+    browser = chromium_or_skip()
+    shot = page.with_name("report.png")
+    check = check_page(browser, page, shot)
+    assert check.images >= 4 and check.images_ok == check.images, check
+    assert check.errors == "" and check.console_errors == [], check
+    assert shot.stat().st_size > 20_000
+
+
+def test_run_directory_holds_what_the_page_needs(oracle_run: RunResult) -> None:
+    run_dir, verdict = oracle_run.run_dir, oracle_run.verdict
+    facts = json.loads((run_dir / "verdict.json").read_text())
+    assert facts["verdict"]["summary"] == verdict.summary() and facts["verdict"]["shipped"] == verdict.shipped.id
+    records = [json.loads(line) for line in (run_dir / "test_records.jsonl").read_text().splitlines()]
+    assert len(records) == len(verdict.records[verdict.baseline.id])
+    assert set(records[0]["pred"]) == {verdict.baseline.id, *(t.candidate.id for t in verdict.tested)}
+    assert (run_dir / "baseline_prompt.txt").read_text().startswith("Classify the input")
+
+
+def test_report_command_rebuilds_the_page_from_the_directory(oracle_run: RunResult,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    page = oracle_run.run_dir / "report.html"
+    before = page.read_text()
+    page.unlink()
+    assert main(["report", str(oracle_run.run_dir)]) == 0
+    assert capsys.readouterr().out.strip() == str(page)
+    assert page.read_text() == before
+
+
+@pytest.mark.parametrize("files, message", [
+    (None, "is not a directory"),
+    ({}, "config.json missing"),
+    ({"config.json": "{}"}, "holds no trials.jsonl"),
+    ({"config.json": "{}", "trials.jsonl": ""}, "lacks verdict.json"),
+    ({"config.json": "{", "trials.jsonl": ""}, "config.json: not valid JSON"),
+])
+def test_report_command_on_a_bad_directory_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str] | None, message: str) -> None:
+    run_dir = tmp_path / "run"
+    if files is not None:
+        run_dir.mkdir()
+        for name, content in files.items():
+            (run_dir / name).write_text(content)
+    assert main(["report", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
