@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/oracle_
 
 from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 
-from tests.oracle_setup import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
+from tests.support import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
 
 OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro")
 CONDITIONS = {"null": (0.0, 0.0), "null-corr": (0.0, 0.5), "+5": (0.05, 0.0), "+10": (0.10, 0.0),

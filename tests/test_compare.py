@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.commands.common import load_run_task
 from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.commands.compare import parse_options, run_compare
 from prompttune.commands.optimize import run_optimization
@@ -23,41 +21,7 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.search_spaces import default_space
-from prompttune.tasks.base import Task
-from tests.test_evaluation import CountingBackend
-
-COLOURS = ("red", "green", "blue")
-
-
-def colours_task_file(tmp_path: Path, per_colour: int = 120) -> Path:
-    rows = [f"item {i:03d} is painted {c} all over,{c}" for i in range(per_colour) for c in COLOURS]
-    (tmp_path / "colours.csv").write_text("text,colour\n" + "\n".join(rows) + "\n")
-    path = tmp_path / "colours.yaml"
-    path.write_text("name: colours\ndata: colours.csv\ntext_columns: [text]\nlabel_column: colour\n"
-                    "labels: {red: [red], green: [green], blue: [blue]}\n")
-    return path
-
-
-def oracle_config(tmp_path: Path, **changes) -> RunConfig:
-    fields = dict(task=str(colours_task_file(tmp_path)), budget=300, train_size=60, dev_size=60,
-                  test_size=90, runs_dir=str(tmp_path / "runs"))
-    return RunConfig(**{**fields, **changes})
-
-
-def task_of(config: RunConfig) -> Task:
-    return load_run_task(config)
-
-
-def oracle_for(config: RunConfig) -> CountingBackend:
-    """Known accuracies: a 'Label:' output or the second instruction helps (see the colours space)."""
-    examples = [e for split in task_of(config).splits.values() for e in split]
-
-    def accuracy(text: str) -> float:
-        return 0.45 + (0.3 if "Label:" in text else 0.0) + (0.15 if "Choose the correct" in text else 0.0)
-
-    return CountingBackend(SyntheticOracleBackend(examples, accuracy,
-                                                  proposals=lambda t: f"Name the colour ({len(t) % 5}): "
-                                                                      "red, green or blue."))
+from tests.support import colours_task_file, oracle_config, oracle_for, task_of
 
 
 def _evaluator(config: RunConfig, backend, cache, ledger: BudgetLedger) -> Evaluator:

@@ -21,8 +21,12 @@ from prompttune.evaluation.cache import ResultCache  # noqa: E402
 from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
-from tests.test_compare import oracle_config, oracle_for, task_of  # noqa: E402
-from tests.test_evaluation import CountingBackend  # noqa: E402
+from tests.support import (  # noqa: E402
+    CountingBackend,  # noqa: E402
+    oracle_config,
+    oracle_for,
+    task_of,
+)
 
 
 def _bridge(tmp_path: Path, cap: int):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from prompttune.optimizers import OPTIMIZERS
-from tests.oracle_setup import error_rate_run
+from tests.support import error_rate_run
 
 SEEDS = range(25)
 

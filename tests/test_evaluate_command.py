@@ -13,7 +13,7 @@ from prompttune.commands.evaluate import EvaluateConfig, run_evaluation
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest, ScoreResult
 from prompttune.tasks import SplitSizes, load_task
-from tests.test_evaluation import CountingBackend
+from tests.support import CountingBackend
 
 COLOURS = ["red", "green", "blue"]
 PROMPTS = """label_words: [red, green, blue]

@@ -6,34 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.base import Backend
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.errors import BudgetExhausted
-from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.extraction import extract_label
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.search_spaces import default_space
-from tests.conftest import synthetic_task
-
-
-class CountingBackend(Backend):
-    """Wraps a backend and counts the requests that really reach it."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner, self.model_id, self.calls = inner, inner.model_id, 0
-
-    def to_text(self, prompt):
-        return self.inner.to_text(prompt)
-
-    def score(self, requests: list[ScoreRequest]):
-        self.calls += len(requests)
-        return self.inner.score(requests)
-
-    def generate(self, requests: list[GenerateRequest]):
-        self.calls += len(requests)
-        return self.inner.generate(requests)
+from tests.support import CountingBackend, synthetic_task
 
 
 def _setup(cap: int | None, cache: ResultCache | None = None):

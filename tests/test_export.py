@@ -15,7 +15,7 @@ from prompttune.commands.export import export
 from prompttune.core.errors import UserError
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
-from tests.test_compare import oracle_config, task_of
+from tests.support import oracle_config, task_of
 
 
 def _run_dir(tmp_path: Path) -> tuple[Path, object, list]:

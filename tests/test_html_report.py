@@ -11,7 +11,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.commands.optimize import RunResult, run_optimization
 from tests.browser import check_page, chromium_or_skip
-from tests.test_compare import oracle_config, oracle_for
+from tests.support import oracle_config, oracle_for
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prompttune.tasks.base import SplitSizes
-from tests.oracle_setup import oracle_accuracy, run_oracle
+from tests.support import oracle_accuracy, run_oracle
 
 BEST_ACCURACY = 0.9
 
@@ -150,7 +150,7 @@ def test_p2g_error_directions_keep_fp_and_fn_separate() -> None:
 def test_cople_swaps_an_influential_word_through_the_accept_rule() -> None:
     """The oracle rewards 'Pick' over 'Name'; the space declares the slot's alternatives."""
     from prompttune.search_spaces.space import Dimension, SearchSpace
-    from tests.oracle_setup import oracle_space
+    from tests.support import oracle_space
 
     base = oracle_space()
     space = SearchSpace("words", base.base.with_updates(instruction="{verb} the colour ({labels})."),

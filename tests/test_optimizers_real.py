@@ -10,7 +10,7 @@ import pytest
 from prompttune.backends.factory import build_backend
 from prompttune.commands.optimize import run_optimization
 from prompttune.core.config import RunConfig
-from tests.test_evaluation import CountingBackend
+from tests.support import CountingBackend
 
 pytestmark = pytest.mark.integration
 

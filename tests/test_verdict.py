@@ -14,8 +14,7 @@ from prompttune.commands.optimize import run_optimization
 from prompttune.core.types import Record
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
-from tests.oracle_setup import run_oracle
-from tests.test_compare import oracle_config, oracle_for
+from tests.support import oracle_config, oracle_for, run_oracle
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

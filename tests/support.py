@@ -1,11 +1,17 @@
-"""A synthetic-oracle search problem with a known best candidate (test device only)."""
+"""Test support shared by the suite and benchmarks/error_rates.py: a synthetic task, a backend that counts
+the requests reaching it, and synthetic-oracle problems with known answers (test devices only)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from prompttune.backends.base import Backend
 from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.commands.common import load_run_task
+from prompttune.core.config import RunConfig
 from prompttune.core.storage import InMemoryStorage
+from prompttune.core.types import Example, GenerateRequest, ScoreRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
@@ -16,8 +22,36 @@ from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
-from prompttune.tasks.base import SplitSizes, Task
-from tests.conftest import synthetic_task
+from prompttune.tasks.base import SplitSizes, Task, make_splits
+
+
+def synthetic_task(n_per_class: int = 60, seed: int = 0, sizes: SplitSizes = SplitSizes(40, 60, 60)) -> Task:
+    """A three-class task with unique, searchable texts (for the synthetic oracle)."""
+    labels = ["red", "green", "blue"]
+    pool = [Example(f"syn-{c}-{i}", {"text": f"item {c}-{i} is about colour {labels[c]} number {i}."}, c)
+            for c in range(3) for i in range(n_per_class)]
+    splits = make_splits({"train": pool, "dev": pool, "test": pool}, sizes, seed, "synthetic")
+    return Task("synthetic", labels, [[w, w.upper()] for w in labels], ["text"], splits,
+                "Name the colour.")
+
+
+class CountingBackend(Backend):
+    """Wraps a backend and counts the requests that really reach it."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner, self.model_id, self.calls = inner, inner.model_id, 0
+
+    def to_text(self, prompt):
+        return self.inner.to_text(prompt)
+
+    def score(self, requests: list[ScoreRequest]):
+        self.calls += len(requests)
+        return self.inner.score(requests)
+
+    def generate(self, requests: list[GenerateRequest]):
+        self.calls += len(requests)
+        return self.inner.generate(requests)
+
 
 FIELDS = ("Input: {}", "Text: {}", "Data: {}", "Query: {}", "Item: {}", "Example: {}")
 OUTPUTS = ("Answer: {}", "Label: {}", "Output: {}", "Class: {}", "Colour: {}", "Result: {}")
@@ -141,3 +175,39 @@ def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float) 
             "leader_better": better(outcome.leader.spec),
             "leader_is_baseline": outcome.leader.id == run.optimizer.baseline.id,
             "sweeps": outcome.sweeps, "sweeps_with_accept": outcome.sweeps_with_accept, "calls": run.ledger.calls}
+
+
+# -- a colours task file and an oracle for runs through the real commands ---------------------------
+
+COLOURS = ("red", "green", "blue")
+
+
+def colours_task_file(tmp_path: Path, per_colour: int = 120) -> Path:
+    rows = [f"item {i:03d} is painted {c} all over,{c}" for i in range(per_colour) for c in COLOURS]
+    (tmp_path / "colours.csv").write_text("text,colour\n" + "\n".join(rows) + "\n")
+    path = tmp_path / "colours.yaml"
+    path.write_text("name: colours\ndata: colours.csv\ntext_columns: [text]\nlabel_column: colour\n"
+                    "labels: {red: [red], green: [green], blue: [blue]}\n")
+    return path
+
+
+def oracle_config(tmp_path: Path, **changes) -> RunConfig:
+    fields = dict(task=str(colours_task_file(tmp_path)), budget=300, train_size=60, dev_size=60,
+                  test_size=90, runs_dir=str(tmp_path / "runs"))
+    return RunConfig(**{**fields, **changes})
+
+
+def task_of(config: RunConfig) -> Task:
+    return load_run_task(config)
+
+
+def oracle_for(config: RunConfig) -> CountingBackend:
+    """Known accuracies: a 'Label:' output or the second instruction helps (see the colours space)."""
+    examples = [e for split in task_of(config).splits.values() for e in split]
+
+    def accuracy(text: str) -> float:
+        return 0.45 + (0.3 if "Label:" in text else 0.0) + (0.15 if "Choose the correct" in text else 0.0)
+
+    return CountingBackend(SyntheticOracleBackend(examples, accuracy,
+                                                  proposals=lambda t: f"Name the colour ({len(t) % 5}): "
+                                                                      "red, green or blue."))
