@@ -19,7 +19,7 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
-from prompttune.optimizers.search_helpers import shuffled_demo_sets
+from prompttune.optimizers.search_helpers import rank_by_score, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 
 
@@ -78,9 +78,7 @@ class BootstrapFewShotRandomSearch(Optimizer):
 
     def ranking(self) -> list[Candidate]:
         """Programs scored on dev, best first (the zero-shot baseline wins ties)."""
-        order = sorted(range(len(self.scored)),
-                       key=lambda i: (-self.scored[i][1], self.scored[i][0].id != self.baseline.id, i))
-        return [self.scored[i][0] for i in order]
+        return rank_by_score(self.scored, self.baseline)
 
     def family(self) -> int:
         return len(self.scored)

@@ -12,6 +12,7 @@ from typing import Any
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, TrialRequest
+from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 
 
@@ -43,9 +44,7 @@ class RandomSearch(Optimizer):
         return {}
 
     def ranking(self) -> list[Candidate]:
-        order = sorted(range(len(self._scored)),
-                       key=lambda i: (-self._scored[i][1], self._scored[i][0].id != self.baseline.id, i))
-        return [self._scored[i][0] for i in order]
+        return rank_by_score(self._scored, self.baseline)
 
     def family(self) -> int:
         return len(self._scored)

@@ -1,4 +1,4 @@
-"""Search moves several strategies share: bootstrapped demo sets and rotating minibatches.
+"""Search moves several strategies share: bootstrapped demo sets, rotating minibatches, ranking.
 
 (Distinct candidate draws live on the space itself: `SearchSpace.distinct_candidates`.)
 """
@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+
+from prompttune.search_spaces.space import Candidate
 
 
 def shuffled_demo_sets(solved: Sequence[str], rng: np.random.Generator, count: int, max_demos: int,
@@ -23,6 +25,12 @@ def shuffled_demo_sets(solved: Sequence[str], rng: np.random.Generator, count: i
         if demos not in sets:
             sets.append(demos)
     return sets[len(taken):]
+
+
+def rank_by_score(scored: Sequence[tuple[Candidate, float]], baseline: Candidate) -> list[Candidate]:
+    """Best score first; the baseline wins ties (no change without evidence), then earlier first."""
+    order = sorted(range(len(scored)), key=lambda i: (-scored[i][1], scored[i][0].id != baseline.id, i))
+    return [scored[i][0] for i in order]
 
 
 def rotating_minibatch(pool: Sequence[str], index: int, size: int) -> tuple[str, ...]:
