@@ -7,6 +7,7 @@ ends in one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Callable, Sequence
 
@@ -36,12 +37,18 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
         err = exc.errors()[0]
         print(f"error: invalid option {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
     except KeyboardInterrupt:
-        print("interrupted: trials so far are in the run directory", file=sys.stderr)
+        print("interrupted: trials so far are in the run directory; finish it with "
+              "`optimize --resume RUN_DIR`", file=sys.stderr)
         return 130
     return EXIT_USAGE
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # a polite kill ends like Ctrl-C: one line, the run directory kept
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     args = build_parser().parse_args(argv)
     return _run(args.handler, args)
 

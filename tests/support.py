@@ -183,6 +183,7 @@ COLOURS = ("red", "green", "blue")
 
 
 def colours_task_file(tmp_path: Path, per_colour: int = 120) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     rows = [f"item {i:03d} is painted {c} all over,{c}" for i in range(per_colour) for c in COLOURS]
     (tmp_path / "colours.csv").write_text("text,colour\n" + "\n".join(rows) + "\n")
     path = tmp_path / "colours.yaml"

@@ -12,7 +12,6 @@ dspy = pytest.importorskip("dspy")
 from prompttune.backends.factory import build_backend  # noqa: E402
 from prompttune.commands.compare import run_compare  # noqa: E402
 from prompttune.commands.export import export  # noqa: E402
-from prompttune.compare.arm_cache import ArmCache  # noqa: E402
 from prompttune.compare.dspy_arm import exact_label, mipro_plan  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
@@ -20,6 +19,7 @@ from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.evaluation.cache import ResultCache  # noqa: E402
 from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
+from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
 from tests.support import (  # noqa: E402
     CountingBackend,  # noqa: E402
@@ -34,7 +34,7 @@ def _bridge(tmp_path: Path, cap: int):
     task, backend, ledger = task_of(config), oracle_for(config), BudgetLedger(cap_calls=cap)
     visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
     evaluator = Evaluator(backend, visible, {e.id: e for e in task.splits["train"]},
-                          ArmCache(ResultCache(), ledger), ledger)
+                          MeteredCache(ResultCache(), ledger), ledger)
     base = default_space(task).default_candidate().spec
     mapping = ProgramMapping.build(base, task.input_fields, task.splits["train"], task.splits["dev"])
     engine = MeteredEngine(evaluator)

@@ -1,7 +1,7 @@
 """`compare`: several optimizers × seeds under one cap, on one model, judged on one test split.
 
 Arms run one after another in this process on ONE loaded backend. They share the SQLite
-cache (nothing is computed twice) but each run sees it through its own `ArmCache`, so a hit
+cache (nothing is computed twice) but each run sees it through its own `MeteredCache`, so a hit
 on another run's entry is charged as if the run had made the call itself.
 """
 
@@ -30,7 +30,6 @@ from prompttune.commands.common import (
 from prompttune.commands.compare_report import print_summary, write_report
 from prompttune.commands.optimize import run_optimization
 from prompttune.commands.report import write_html_report
-from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
 from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
 from prompttune.compare.plot import plot_anytime
@@ -40,14 +39,15 @@ from prompttune.core.errors import UserError
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metered_cache import MeteredCache
 
 
 def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     """A prompttune optimizer through the ordinary runner, on the shared model and cache view."""
-    views: list[ArmCache] = []
+    views: list[MeteredCache] = []
 
-    def view(ledger: BudgetLedger) -> ArmCache:
-        views.append(ArmCache(bench.shared, ledger))
+    def view(ledger: BudgetLedger) -> MeteredCache:
+        views.append(MeteredCache(bench.shared, ledger))
         return views[-1]
 
     start = len(bench.backend.flags)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,17 +28,50 @@ from prompttune.commands.html.facts import write_run_facts
 from prompttune.commands.optimize_report import describe_change, print_summary, write_report
 from prompttune.commands.report import write_html_report
 from prompttune.core.config import RunConfig
-from prompttune.core.storage import JsonlStorage
+from prompttune.core.errors import UserError
+from prompttune.core.storage import JsonlStorage, write_atomic
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, checked_optimizer, run_search
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import render, select_demos
+
+
+@dataclass(frozen=True)
+class Resumption:
+    """Where a resumed run picked up: trials logged before the interruption, calls replayed from the cache."""
+
+    trials_before: int
+    calls_replayed: int
+
+
+def _set_aside_interrupted_trials(run_dir: Path) -> int:
+    """Keep the interrupted run's log as trials.interrupted.jsonl; the replay writes trials.jsonl anew."""
+    if (run_dir / "verdict.json").is_file():
+        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
+    log = run_dir / "trials.jsonl"
+    if not log.is_file():
+        return 0
+    trials = len(JsonlStorage(log).load())
+    os.replace(log, run_dir / "trials.interrupted.jsonl")
+    return trials
+
+
+def resume_optimization(run_dir: Path, backend: Backend | None = None, console: Console | None = None) -> RunResult:
+    """Finish an interrupted run: the same search replays its asks through the cache the
+    interrupted run filled (each replayed call charged once, so the cap holds), then goes on live."""
+    run_dir = Path(run_dir)
+    try:
+        config = RunConfig.model_validate_json((run_dir / "config.json").read_text())
+    except FileNotFoundError:
+        raise UserError(f"{run_dir} is not a run directory: config.json missing") from None
+    return run_optimization(config, backend, console, resume_dir=run_dir)
 
 
 @dataclass
@@ -49,6 +83,7 @@ class RunResult:
     search_ledger: BudgetLedger
     confirm_ledger: BudgetLedger
     wall_seconds: float
+    resumed: Resumption | None = None
 
     @property
     def shipped(self) -> Candidate:
@@ -64,22 +99,26 @@ class RunResult:
 def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSpace, baseline: Candidate,
                  text: str, **facts: object) -> None:
     """`name`.json (spec, dimensions, diff) and `name`.txt (the prompt as the model sees it)."""
-    (run_dir / f"{name}.json").write_text(json.dumps({
+    write_atomic(run_dir / f"{name}.json", json.dumps({
         "candidate_id": candidate.id,
         **facts,
         "dimensions": candidate.values(space),
         "spec": asdict(candidate.spec),
         "diff_from_baseline": describe_change(space, baseline, candidate),
     }, indent=2, ensure_ascii=False))
-    (run_dir / f"{name}.txt").write_text(text + "\n")
+    write_atomic(run_dir / f"{name}.txt", text + "\n")
 
 
 def run_optimization(config: RunConfig, backend: Backend | None = None, console: Console | None = None,
-                     cache: ResultCache | None = None,
-                     cache_view: Callable[[BudgetLedger], ResultCache] | None = None) -> RunResult:
-    """One search and its held-out verdict. A given `cache` is used as is and left open (compare
-    shares one across arms); otherwise `config.cache` or the run directory's cache is opened.
-    `cache_view(ledger)` lets compare give each ledger its own metered view of a shared cache."""
+                     cache_view: Callable[[BudgetLedger], ResultCache | MeteredCache] | None = None,
+                     resume_dir: Path | None = None) -> RunResult:
+    """One search and its held-out verdict.
+
+    `cache_view(ledger)` lets compare give each ledger its own metered view of its shared cache.
+    Otherwise a private run directory cache is used as is, while a `--cache` shared with other
+    runs, and the cache an interrupted run filled (`resume_dir`), are seen through `MeteredCache`:
+    a hit on an entry this run has not produced is charged like the call it replaces.
+    """
     started = time.time()
     console = console or Console(stderr=True)
     task = load_run_task(config)
@@ -89,20 +128,27 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     own_backend = backend is None
     backend = backend or build_backend(config)
     console.print(backend.describe())
-    run_dir = make_run_dir(config, task.name)
-    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
-    own_cache = cache is None
-    cache = cache if cache is not None else ResultCache(config.cache or run_dir / "cache.sqlite")
+    run_dir = resume_dir or make_run_dir(config, task.name)
+    write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
+    interrupted = _set_aside_interrupted_trials(run_dir) if resume_dir else None
+    cache = None
+    if cache_view is None:
+        cache = ResultCache(config.cache or run_dir / "cache.sqlite")
+        metered = bool(config.cache or resume_dir)
+        views: list[MeteredCache] = []
+
+        def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
+            if not metered:
+                return cache
+            views.append(MeteredCache(cache, ledger))
+            return views[-1]
 
     visible = task.without_test()
     train = {ex.id: ex for ex in visible.splits["train"]}
     space = space.bind(visible.splits["train"])
     seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
     search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-    def cache_for(ledger: BudgetLedger) -> ResultCache:
-        return cache_view(ledger) if cache_view else cache
-
-    evaluator = Evaluator(backend, seen_examples, train, cache_for(search_ledger), search_ledger,
+    evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
                           scoring=config.scoring)
     context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
                             config.objective, config.seed, config.budget, dict(config.optimizer_options),
@@ -126,7 +172,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
 
     test = task.splits["test"]
     confirm_ledger = BudgetLedger()
-    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_for(confirm_ledger),
+    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
                                confirm_ledger,
                                scoring=config.scoring)
     console.print(f"held-out verdict on {len(test)} test examples…")
@@ -143,12 +189,14 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
                  label="baseline: the task's default prompt, the one every candidate must beat")
-    result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started)
+    replayed = evaluator.cache.foreign_calls if resume_dir and isinstance(evaluator.cache, MeteredCache) else 0
+    result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
+                       Resumption(interrupted, replayed) if interrupted is not None else None)
     write_report(result, config, task, space, baseline)
     write_run_facts(result, task)
     write_html_report(run_dir)
     print_summary(result, console)
-    if own_cache:
+    if cache is not None:
         cache.close()
     if own_backend:
         backend.close()
@@ -159,6 +207,11 @@ def _optimize(args: argparse.Namespace) -> int:
     from prompttune.optimizers import get_optimizer
     from prompttune.optimizers.base import describe_options
 
+    if args.resume:
+        result = resume_optimization(Path(args.resume))
+        print(f"resumed {args.resume}: {result.verdict.summary()}; budget used {result.search_ledger.calls}/"
+              f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
+        return 0
     if args.help_options:
         print(f"options of {args.optimizer} (--option KEY=VALUE):")
         print("\n".join(f"  {line}" for line in describe_options(get_optimizer(args.optimizer).Options)))
@@ -190,6 +243,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="optimizer option (repeatable); --help-options lists them")
     opt.add_argument("--help-options", action="store_true", help="list the options of --optimizer and exit")
+    opt.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run from its directory (its own "
+                     "config; calls it paid for are replayed from its cache and charged once)")
     opt.add_argument("--alpha", type=float, default=0.05,
                      help="level of the one held-out test that decides what ships (default 0.05)")
     opt.add_argument("--confirm-top", type=int, default=1, metavar="K",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
+from prompttune.core.storage import write_atomic
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
 
 if TYPE_CHECKING:
@@ -102,7 +103,11 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"{ledger.prompt_tokens} prompt + {ledger.completion_tokens} completion tokens"
         f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out verdict (not charged "
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
-        f"tokens. Wall time {result.wall_seconds:.0f} s.",
+        f"tokens. Wall time {result.wall_seconds:.0f} s."
+        + (f" Resumed after an interruption: {result.resumed.trials_before} trials had been logged "
+           f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were replayed "
+           "from the interrupted run's cache and charged once, then the search went on live."
+           if result.resumed else ""),
         "",
         "## Shipped prompt (`best_prompt.json`, `best_prompt.txt`)",
         "",
@@ -125,7 +130,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
             "",
         ]),
     ]
-    (result.run_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    write_atomic(result.run_dir / "report.md", "\n".join(lines))
 
 
 def print_summary(result: "RunResult", console: Console) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from prompttune.core.errors import UserError
+from prompttune.core.storage import write_atomic
 
 PAGE = "report.html"
 
@@ -44,7 +45,7 @@ def write_html_report(run_dir: Path) -> Path:
     except KeyError as exc:
         raise UserError(f"{run_dir}: a run file lacks the field {exc}; was it written by an older prompttune?") from None
     path = run_dir / PAGE
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, text)
     return path
 
 

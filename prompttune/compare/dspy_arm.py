@@ -24,7 +24,6 @@ from typing import Any, Iterator
 import dspy
 import numpy as np
 
-from prompttune.compare.arm_cache import ArmCache
 from prompttune.compare.arms import ArmRun, Bench
 from prompttune.core.storage import JsonlStorage
 from prompttune.core.types import Record
@@ -34,6 +33,7 @@ from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
 from prompttune.evaluation.confirmation import Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers.base import spec_candidate
 from prompttune.search_spaces import Candidate
 from prompttune.search_spaces.prompt import PromptSpec
@@ -184,7 +184,7 @@ def _verdict(bench: Bench, baseline: Candidate, best: Candidate, seed: int) -> t
     test = bench.task.splits["test"]
     ledger = BudgetLedger()
     evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
-                          ArmCache(bench.shared, ledger), ledger, scoring=bench.config.scoring)
+                          MeteredCache(bench.shared, ledger), ledger, scoring=bench.config.scoring)
     bench.console.print(f"confirming baseline and the DSPy program on {len(test)} held-out test examples…")
     verdict = held_out_verdict(baseline, [best], evaluator, [ex.id for ex in test], bench.config.alpha,
                                seed=seed)
@@ -203,7 +203,7 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     dev_ids = [ex.id for ex in task.splits["dev"]]
 
     ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-    search_view = ArmCache(bench.shared, ledger)
+    search_view = MeteredCache(bench.shared, ledger)
     evaluator = Evaluator(bench.backend, visible, train, search_view, ledger, scoring=config.scoring)
     baseline = bench.space.default_candidate()
     mapping = ProgramMapping.build(baseline.spec, task.input_fields, task.splits["train"], task.splits["dev"])

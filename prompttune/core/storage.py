@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -39,5 +40,22 @@ class JsonlStorage(TrialStorage):
             f.write(json.dumps(trial, ensure_ascii=False) + "\n")
 
     def load(self) -> list[dict]:
+        """Every complete line; a torn last line (the process was killed mid-write) is skipped."""
         with open(self.path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            lines = [line for line in f if line.strip()]
+        trials = []
+        for number, line in enumerate(lines):
+            try:
+                trials.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number < len(lines) - 1:
+                    raise
+        return trials
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: a kill leaves the old file or the new, never half."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from prompttune.core.storage import write_atomic
+
 if TYPE_CHECKING:
     from prompttune.commands.optimize import RunResult
     from prompttune.tasks.base import Task
@@ -30,7 +32,7 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
         "wall_seconds": result.wall_seconds,
     }
-    (result.run_dir / "verdict.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False))
+    write_atomic(result.run_dir / "verdict.json", json.dumps(facts, indent=2, ensure_ascii=False))
     test = {ex.id: ex for ex in task.splits["test"]}
     base = v.records[v.baseline.id]
     with open(result.run_dir / "test_records.jsonl", "w", encoding="utf-8") as f:

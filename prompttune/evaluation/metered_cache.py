@@ -1,11 +1,12 @@
-"""A per-run view of the cache shared by compared arms.
+"""A per-run, metered view of a cache that other runs (or an interrupted run) filled.
 
-Arms share one SQLite cache so that nothing is computed twice, but a hit on an entry that
-another arm paid for must not make this arm's search cheaper. `ArmCache` therefore charges
-its run's ledger for every hit on an entry this run has not itself produced or received,
-exactly as the evaluator would have charged a miss: one call per requested item and the
-entry's recorded tokens. The evaluator's own miss-charging plus this foreign-hit charging
-equal what the run would have paid with a private, empty cache.
+Compared arms share one SQLite cache, `--cache FILE` shares one across runs, and a resumed run
+replays its asks through the cache its interrupted run filled. In each case nothing is computed
+twice, but a hit on an entry this run has not itself produced must not make its search cheaper.
+`MeteredCache` therefore charges its run's ledger for every such hit exactly as the evaluator
+would have charged a miss: one call per requested item and the entry's recorded tokens. The
+evaluator's own miss-charging plus this charging equal what the run would have paid with a
+private, empty cache — so a replay is charged once, and the cap is never exceeded.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.ledger import BudgetLedger
 
 
-class ArmCache:
+class MeteredCache:
     """Duck-types `ResultCache` for an `Evaluator`; the shared cache stays open (its owner closes it)."""
 
     def __init__(self, shared: ResultCache, ledger: BudgetLedger) -> None:
