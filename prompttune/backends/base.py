@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from prompttune.search_spaces.prompt import Prompt
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Teacher-forced log-probability of each continuation after `text`."""
+    """Teacher-forced log-probability of each continuation after `text`.
+
+    `prefix` is a hint, never part of the result: the start of `text` that other requests in the
+    same call share (a candidate's prompt up to the input), so a backend can compute it once.
+    """
 
     text: str
     continuations: tuple[str, ...]
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -26,8 +32,11 @@ class ScoreResult:
 
 @dataclass(frozen=True)
 class GenerateRequest:
+    """Greedy continuation of `text`; `prefix` is the same sharing hint as in ScoreRequest."""
+
     text: str
     max_new_tokens: int
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -62,3 +71,16 @@ def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
         return prompt.text or ""
     messages = [{"role": role, "content": content} for role, content in prompt.messages]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prompt.assistant_prefix
+
+
+def measure_rate(backend: Backend, requests: Sequence[ScoreRequest]) -> float:
+    """Scored prompts per second on `requests` (after a one-request warm-up), to budget wall time."""
+    backend.score(list(requests[:1]))
+    start = time.perf_counter()
+    backend.score(list(requests))
+    return len(requests) / (time.perf_counter() - start)
+
+
+def estimate_seconds(calls: int, rate: float) -> float:
+    """Wall time for `calls` model calls at `rate` calls/s (from `measure_rate` or a past run)."""
+    return calls / rate
