@@ -102,6 +102,7 @@ class TransformersBackend(Backend):
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens
         self.prefix_reuse = prefix_reuse
+        self.tokens_processed = 0  # tokens run through the model (not padding): the work done
         if threads or "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(threads or physical_cores())
         torch_dtype = resolve_dtype(dtype, device)
@@ -140,9 +141,12 @@ class TransformersBackend(Backend):
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
         return ids, mask
 
-    def _prefix_groups(self, hints: Sequence[str], prompts: Sequence[list[int]]) -> list[tuple[int, list[int]]]:
+    def _prefix_groups(self, hints: Sequence[str],
+                       prompts: Sequence[list[int]]) -> list[tuple[int, list[int]]]:
         """(shared token count, request indices): one group per prefix hint worth reusing, and
         one group with 0 shared tokens for everything else, so those batches stay full."""
+        if not self.prefix_reuse:
+            return [(0, list(range(len(prompts))))]
         by_hint: dict[str, list[int]] = {}
         for i, hint in enumerate(hints):
             by_hint.setdefault(hint, []).append(i)
@@ -151,16 +155,15 @@ class TransformersBackend(Backend):
             rows = [prompts[i] for i in members]
             # One token short of the shortest prompt, so every row keeps a suffix to read logits from.
             shared = min(_common_length(rows), min(len(r) for r in rows) - 1)
-            if self.prefix_reuse and len(members) > 1 and shared >= _MIN_SHARED_TOKENS:
+            if len(members) > 1 and shared >= _MIN_SHARED_TOKENS:
                 groups.append((shared, members))
             else:
                 rest += members
         return groups + ([(0, rest)] if rest else [])
 
-    def _prefix_states(self, tokens: list[int]) -> KV | None:
-        """Key/value states of the shared prefix, computed once per group (None: no prefix)."""
-        if not tokens:
-            return None
+    def _prefix_states(self, tokens: list[int]) -> KV:
+        """Key/value states of the shared prefix, computed once per group."""
+        self.tokens_processed += len(tokens)
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([tokens], device=self.device), use_cache=True,
                              logits_to_keep=1)
@@ -174,6 +177,7 @@ class TransformersBackend(Backend):
         """Log-softmax over the vocabulary for the last `keep` positions of left-padded rows that
         continue the cached prefix `kv` (rows [prefix][pad][suffix], positions as if unpadded)."""
         ids, mask = self._left_pad(rows)
+        self.tokens_processed += int(mask.sum())
         extra: dict = {}
         if kv is not None:
             width = kv[0][0].shape[-2]
@@ -190,7 +194,7 @@ class TransformersBackend(Backend):
                  for r in requests]
         logprobs: list[list[float]] = [[0.0] * len(r.continuations) for r in requests]
         for shared, members in self._prefix_groups([r.prefix for r in requests], prompts):
-            kv = self._prefix_states(prompts[members[0]][:shared])
+            kv = self._prefix_states(prompts[members[0]][:shared]) if shared else None
             self._score_group([prompts[i][shared:] for i in members], [conts[i] for i in members], kv,
                               [logprobs[i] for i in members])
         return [ScoreResult(tuple(logprobs[i]), len(prompts[i]), sum(len(c) for c in conts[i]))
@@ -232,7 +236,7 @@ class TransformersBackend(Backend):
             hints = [requests[i].prefix for i in budget_members]
             for shared, group in self._prefix_groups(hints, [prompts[i] for i in budget_members]):
                 members = [budget_members[g] for g in group]
-                kv = self._prefix_states(prompts[members[0]][:shared])
+                kv = self._prefix_states(prompts[members[0]][:shared]) if shared else None
                 suffix = [len(prompts[i]) - shared for i in members]
                 for batch in _batches(sorted(range(len(members)), key=suffix.__getitem__), suffix,
                                       self.batch_size, self.max_batch_tokens):
@@ -245,6 +249,7 @@ class TransformersBackend(Backend):
                         kv: KV | None) -> list[GenerateResult]:
         """Greedy decoding of full prompts `rows` whose first `shared` tokens are cached in `kv`."""
         ids, mask = self._left_pad([r[shared:] for r in rows])
+        prefill = int(mask.sum())
         extra: dict = {}
         if kv is not None:
             ids = torch.cat([ids.new_tensor(rows[0][:shared]).expand(len(rows), -1), ids], dim=1)
@@ -255,6 +260,7 @@ class TransformersBackend(Backend):
             out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
                                       do_sample=False, output_scores=True, return_dict_in_generate=True,
                                       pad_token_id=pad, **extra)
+        self.tokens_processed += prefill + len(rows) * (len(out.scores) - 1)
         scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
         results = []
         eos = set(self.tokenizer.all_special_ids)
