@@ -146,8 +146,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=32, help="test examples per workload")
     parser.add_argument("--gen-n", type=int, default=16, help="of those, how many to generate for")
     parser.add_argument("--gen-tokens", type=int, default=16)
-    parser.add_argument("--batch-sizes", default="32", help="rows per batch; a list sweeps them")
-    parser.add_argument("--max-batch-tokens", type=int, default=8192)
+    parser.add_argument("--batch-sizes", default="32", help="most rows per batch; a list sweeps them")
+    parser.add_argument("--max-batch-tokens", default="", help="a list sweeps them (default: the backend's)")
     parser.add_argument("--threads", default="", help="a list sweeps them (default: physical cores)")
     parser.add_argument("--only", default="", help="run only workloads whose name contains this")
     parser.add_argument("--dtypes", default="fp32,bf16")
@@ -160,15 +160,16 @@ def main() -> None:
     task = load_task("agnews", None, SplitSizes(10, 10, args.n))
     threads = [int(t) for t in args.threads.split(",")] if args.threads else [None]
     for dtype in args.dtypes.split(","):
-        backend = TransformersBackend(args.model, dtype=dtype, device=args.device,
-                                      max_batch_tokens=args.max_batch_tokens, threads=threads[0])
+        backend = TransformersBackend(args.model, dtype=dtype, device=args.device, threads=threads[0])
         for n_threads in threads:
             if n_threads:
                 torch.set_num_threads(n_threads)
             peak = matmul_peak(resolve_dtype(dtype, args.device), args.device, CLOCKS[args.clock])
             for batch_size in args.batch_sizes.split(","):
-                backend.batch_size = int(batch_size)
-                table(backend, task, args, peak)
+                for max_tokens in args.max_batch_tokens.split(",") if args.max_batch_tokens else [None]:
+                    backend.batch_size = int(batch_size)
+                    backend.max_batch_tokens = int(max_tokens) if max_tokens else backend.max_batch_tokens
+                    table(backend, task, args, peak)
     if args.base_url:
         server_table(args.base_url, backend, task, args)
 
