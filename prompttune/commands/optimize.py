@@ -163,7 +163,14 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                   console=console, transient=False) as progress:
         bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
 
+        search_started = time.time()
+
         def on_trial(trial: dict) -> None:
+            if trial["number"] == 0 and trial["budget_spent"]:
+                rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
+                console.print(f"measured {rate:.1f} calls/s on the first trial: the search's {config.budget} calls "
+                              f"should take about {config.budget / rate / 60:.0f} min, the held-out verdict about "
+                              f"{2 * len(task.splits['test']) / rate / 60:.0f} min more")
             best = trial.get("best_so_far")
             progress.update(bar, completed=trial["budget_spent"],
                             best="–" if best is None else f"{best:.3f}")

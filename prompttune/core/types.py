@@ -28,10 +28,15 @@ class Prompt:
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    """Teacher-forced log-probability of each continuation after `text`."""
+    """Teacher-forced log-probability of each continuation after `text`.
+
+    `prefix` is a hint, never part of the result: the start of `text` that other requests in the
+    same call share (a candidate's prompt up to the input), so a backend can compute it once.
+    """
 
     text: str
     continuations: tuple[str, ...]
+    prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -43,8 +48,11 @@ class ScoreResult:
 
 @dataclass(frozen=True)
 class GenerateRequest:
+    """Greedy continuation of `text`; `prefix` is the same sharing hint as in ScoreRequest."""
+
     text: str
     max_new_tokens: int
+    prefix: str = ""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from prompttune.evaluation.prediction import Scoring, make_predictor
 from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 
-__all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring"]
+__all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring", "shared_prefix"]
 
 Mode = Literal["score", "generate"]
 
@@ -27,6 +27,17 @@ def _content_free_example(spec: PromptSpec, example_id: str) -> Example:
     value = example_id[len(CONTENT_FREE_PREFIX):]
     names = {name for name, _ in spec.input_templates + spec.passage_templates}
     return Example(example_id, {name: value for name in names}, -1)
+
+
+# Stands in for every input value when rendering a candidate's shared prefix; never in real text.
+_PROBE = "\x00"
+
+
+def shared_prefix(backend: Backend, spec: PromptSpec, demos: Sequence[Example]) -> str:
+    """The final prompt text (chat template included) before the first input value: what every
+    example of this candidate shares, handed to the backend so it computes it only once."""
+    text = backend.to_text(render(spec, _content_free_example(spec, CONTENT_FREE_PREFIX + _PROBE), demos))
+    return text[:max(text.find(_PROBE), 0)]
 
 
 def _output(example: Example, value: dict, cached: bool) -> Output:
@@ -121,17 +132,18 @@ class Evaluator:
             raise UserError("a demo example is also being scored; demos must come from the train split")
         prompts = [render(spec, ex, demos) for ex in examples]
         texts = [self.backend.to_text(p) for p in prompts]
+        prefix = shared_prefix(self.backend, spec, demos)
         if mode == "generate":
             max_new = self.cot_max_new_tokens if spec.cot else self.max_new_tokens
             keys = [cache_key(self.backend.model_id, "generate", max_new, t, ex.id)
                     for t, ex in zip(texts, examples)]
-            return examples, keys, [GenerateRequest(t, max_new) for t in texts]
+            return examples, keys, [GenerateRequest(t, max_new, prefix) for t in texts]
         conts = (list(query.continuations) if query.continuations is not None
                  else [p.label_continuations for p in prompts])
         if len(conts) != len(examples):
             raise ValueError(f"{len(conts)} continuation sets for {len(examples)} examples")
         keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
-        return examples, keys, [ScoreRequest(t, tuple(c)) for t, c in zip(texts, conts)]
+        return examples, keys, [ScoreRequest(t, tuple(c), prefix) for t, c in zip(texts, conts)]
 
     def propose(self, text: str, max_new_tokens: int = 128) -> str:
         """A proposer/critic call (instruction writing): charged like any other model call."""

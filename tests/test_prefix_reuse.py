@@ -1,0 +1,104 @@
+"""Shared-prefix reuse changes only the speed: scores and greedy text equal the full-prompt path.
+
+Requests come from the evaluator itself (so its prefix hints are the ones tested), on real
+agnews prompts and the embedded model in fp32; each is scored with reuse on and off.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from prompttune.backends.base import Backend
+from prompttune.backends.transformers_backend import TransformersBackend
+from prompttune.core.types import GenerateRequest, ScoreRequest
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator, Mode
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.records import Query
+from prompttune.search_spaces import default_space
+from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.tasks import SplitSizes, load_task
+from prompttune.tasks.base import Task
+
+pytestmark = pytest.mark.integration
+
+
+class RecordingBackend(Backend):
+    """Passes calls through and keeps the requests the evaluator built."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner, self.model_id, self.requests = inner, inner.model_id, []
+
+    def to_text(self, prompt):
+        return self.inner.to_text(prompt)
+
+    def score(self, requests):
+        self.requests = requests
+        return self.inner.score(requests)
+
+    def generate(self, requests):
+        self.requests = requests
+        return self.inner.generate(requests)
+
+
+@pytest.fixture(scope="module")
+def backend() -> TransformersBackend:
+    return TransformersBackend(dtype="fp32")
+
+
+@pytest.fixture
+def task(data_dir: Path) -> Task:
+    return load_task("agnews", str(data_dir), SplitSizes(8, 8, 8))
+
+
+def _requests(backend: TransformersBackend, task: Task, specs: list[PromptSpec], mode: Mode,
+              n: int) -> list[ScoreRequest] | list[GenerateRequest]:
+    """What the evaluator hands the backend, in one call, for `n` dev examples under each spec."""
+    recorder = RecordingBackend(backend)
+    evaluator = Evaluator(recorder, {e.id: e for e in task.splits["dev"]},
+                          {e.id: e for e in task.splits["train"]}, ResultCache(), BudgetLedger(),
+                          max_new_tokens=8)
+    ids = [e.id for e in task.splits["dev"][:n]]
+    evaluator.outputs_many([Query(spec, ids) for spec in specs], mode)
+    requests = recorder.requests
+    assert len(requests) == n * len(specs)
+    assert all(r.prefix and r.text.startswith(r.prefix) for r in requests)
+    return requests
+
+
+def _both_paths(backend: TransformersBackend, call, requests: list) -> tuple[list, list]:
+    backend.prefix_reuse = True
+    reused = call(requests)
+    backend.prefix_reuse = False
+    try:
+        full = call(requests)
+    finally:
+        backend.prefix_reuse = True
+    return reused, full
+
+
+@pytest.mark.parametrize("demos,chat,multi_token", [(0, False, True), (4, False, False), (8, False, False),
+                                                    (2, True, False)])
+def test_prefix_reuse_scores_equal_full_prompt_scores(backend: TransformersBackend, task: Task, demos: int,
+                                                      chat: bool, multi_token: bool) -> None:
+    spec = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:demos]), chat=chat)
+    if multi_token:  # a multi-token label sends its request down the teacher-forced path
+        spec = spec.with_updates(label_words=("World", "Sports", "Business", "Science and technology"))
+    requests = _requests(backend, task, [spec], "score", n=2 if multi_token or demos > 4 else 3)
+    reused, full = _both_paths(backend, backend.score, requests)
+    assert [r.prompt_tokens for r in reused] == [r.prompt_tokens for r in full]
+    diff = max(abs(a - b) for r, f in zip(reused, full) for a, b in zip(r.logprobs, f.logprobs))
+    assert diff < 1e-4
+
+
+def test_prefix_reuse_generates_what_the_full_prompt_generates(backend: TransformersBackend,
+                                                               task: Task) -> None:
+    plain = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:1]))
+    requests = _requests(backend, task, [plain, plain.with_updates(chat=True)], "generate", n=2)
+    reused, full = _both_paths(backend, backend.generate, requests)
+    assert [r.text for r in reused] == [f.text for f in full]
+    assert [r.completion_tokens for r in reused] == [f.completion_tokens for f in full]
