@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.cli import main
+from tests.support import colours_task_file
 
 
 def _run(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
@@ -36,6 +37,28 @@ def test_bad_input_is_one_line_with_exit_code_2(capsys, data_dir: Path, tmp_path
     code, err = _run(capsys, *args)
     assert code == 2
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--objective", "f2"], "unknown objective 'f2'"),
+    (["--cache", "."], "--cache . is a directory"),
+    (["--runs-dir", "FILE"], "is a file, not a folder"),
+    (["--space", "SPACE:instructions: ['Name the colour ({labels}).', '{onyl} the colour ({labels}).']"],
+     "placeholder {onyl}"),
+    (["--space", "SPACE:choices:\n  q: {target: 'input:question', values: ['Q: {}', 'Question: {}']}"],
+     "targets input field 'question'"),
+])
+def test_bad_input_fails_before_the_model_loads_and_leaves_no_run_dir(capsys, tmp_path: Path, argv, message) -> None:
+    (tmp_path / "FILE").write_text("x")
+    args = [a.replace("FILE", str(tmp_path / "FILE")) for a in argv]
+    if args[0] == "--space":
+        (tmp_path / "space.yaml").write_text("name: s\n" + args[1].removeprefix("SPACE:") + "\n")
+        args[1] = str(tmp_path / "space.yaml")
+    runs = ["--runs-dir", str(tmp_path / "runs")] if "--runs-dir" not in args else []
+    code, err = _run(capsys, "optimize", "--task", str(colours_task_file(tmp_path)), "--budget", "300",
+                     "--dev-size", "60", "--train-size", "60", "--test-size", "60", *runs, *args)
+    assert code == 2 and message in err and "\n" not in err, err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_bad_options_leave_no_run_directory(capsys, data_dir: Path, tmp_path: Path) -> None:

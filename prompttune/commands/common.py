@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -72,7 +74,38 @@ def load_space(config: RunConfig, task: Task) -> SearchSpace:
         return default_space(task)
     from prompttune.search_spaces.loader import load_space_file
 
-    return load_space_file(config.space, task)
+    space = load_space_file(config.space, task)
+    check_space_fits(space, task, config.space)
+    return space
+
+
+def check_space_fits(space: SearchSpace, task: Task, where: str) -> None:
+    """Placeholders the renderer knows and fields the task has: anything else would be used literally
+    or do nothing, silently."""
+    slots = {d.target.partition(":")[2] for d in space.dimensions if d.target.startswith("slot:")}
+    texts = [space.base.instruction, *(str(v) for d in space.dimensions if d.target == "instruction" for v in d.values)]
+    for text in texts:
+        for name in re.findall(r"\{(\w+)\}", text):
+            if name != "labels" and name not in slots:
+                raise UserError(f"{where}: instruction {text!r} has the placeholder {{{name}}}, which is neither "
+                                f"{{labels}} nor a word slot of the space ({', '.join(sorted(slots)) or 'none'})")
+    for dim in space.dimensions:
+        kind, _, field = dim.target.partition(":")
+        if kind == "input" and field not in task.input_fields:
+            raise UserError(f"{where}: dimension {dim.name!r} targets input field {field!r}, which task "
+                            f"{task.name!r} lacks (it has {', '.join(task.input_fields)})")
+
+
+def check_paths(config: RunConfig) -> None:
+    """The cache file and the runs folder must be usable before any model loads or run directory appears."""
+    if config.cache and Path(config.cache).is_dir():
+        raise UserError(f"--cache {config.cache} is a directory; name a file (it is created if missing)")
+    runs = Path(config.runs_dir)
+    if runs.exists() and not runs.is_dir():
+        raise UserError(f"--runs-dir {runs} is a file, not a folder")
+    probe = next((p for p in (runs, *runs.parents) if p.exists()), Path("."))
+    if not os.access(probe, os.W_OK):
+        raise UserError(f"--runs-dir {runs}: cannot write in {probe}")
 
 
 def make_run_dir(config: RunConfig, task_name: str) -> Path:

@@ -18,6 +18,7 @@ from prompttune.backends.factory import backend_options, build_backend
 from prompttune.commands.common import (
     add_run_arguments,
     build_proposer_backend,
+    check_paths,
     load_run_task,
     load_space,
     make_run_dir,
@@ -35,6 +36,7 @@ from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_v
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.objectives import get_objective
 from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext, checked_optimizer, run_search
 from prompttune.optimizers.base import SearchOutcome
@@ -124,6 +126,8 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     task = load_run_task(config)
     space = load_space(config, task)
     optimizer_cls = checked_optimizer(config.optimizer, config.optimizer_options)
+    get_objective(config.objective)
+    check_paths(config)
     require_dev_budget(config, task)
     own_backend = backend is None
     backend = backend or build_backend(config)
