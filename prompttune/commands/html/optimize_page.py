@@ -186,7 +186,7 @@ def _test_section(records: list[dict], labels: list[str], who: dict[str, str]) -
     x = np.arange(len(labels))
     for j, (name, values) in enumerate(bars.items()):
         acc = np.array([v[0] for v in values])
-        err = np.array([[a - lo, hi - a] for a, lo, hi in values]).T
+        err = np.clip(np.array([[a - lo, hi - a] for a, lo, hi in values], dtype=float).T, 0, None)  # rounding
         ax.bar(x + (j - (len(bars) - 1) / 2) * 0.38, acc, 0.38, yerr=err, capsize=3, label=name,
                color=("#9e9e9e", "#2e7d32")[j])
     ax.set_xticks(x, labels)
