@@ -28,6 +28,7 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.objectives import get_objective
 from prompttune.objectives.stats import AcceptRule, Decision
 from prompttune.optimizers.proposer import Proposer
+from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate, SearchSpace
 
@@ -192,7 +193,13 @@ class Optimizer(ABC):
 
 class IncumbentSearch(Optimizer):
     """Shared machinery of hill-climbers (COPLE, P2G): an incumbent that a candidate replaces
-    only when the driver accepts a challenge on one fixed dev order."""
+    only when the driver accepts a challenge on one fixed dev order.
+
+    The accept rule steers the climb (which prompt the next edits start from); the dev ranking
+    handed to the verdict is selection, for power: every prompt scored on the whole dev order, by
+    its score there. A challenger that clearly helps but missed its sweep's share of alpha can so
+    still be tested, on the test split, which decides.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -200,9 +207,11 @@ class IncumbentSearch(Optimizer):
         self.incumbent = self.baseline
         self.accepted: list[Candidate] = []
         self.challenged = 0
+        self.contenders: dict[str, Candidate] = {self.baseline.id: self.baseline}
 
     def challenge(self, candidate: Candidate, sweep: Sweep) -> Challenge:
         self.challenged += 1
+        self.contenders.setdefault(candidate.id, candidate)
         return Challenge(candidate, self.incumbent, self.order, sweep)
 
     def on_accept(self, candidate: Candidate) -> None:
@@ -215,8 +224,12 @@ class IncumbentSearch(Optimizer):
             self.on_accept(challenge.candidate)
 
     def ranking(self) -> list[Candidate]:
-        """The incumbent, then the ones it replaced, newest first."""
-        return [*reversed(self.accepted), self.baseline]
+        """Prompts scored on the whole dev order by that score; then the incumbents not (yet) scored
+        on all of it, newest first."""
+        full = [c for c in self.contenders.values() if not self.missing(c, self.order)]
+        ranked = rank_by_score([(c, self.score_on(c, self.order)) for c in full], self.baseline)
+        seen = {c.id for c in ranked}
+        return ranked + [c for c in [*reversed(self.accepted), self.baseline] if c.id not in seen]
 
     def family(self) -> int:
         return 1 + self.challenged
