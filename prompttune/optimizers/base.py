@@ -224,12 +224,13 @@ class IncumbentSearch(Optimizer):
             self.on_accept(challenge.candidate)
 
     def ranking(self) -> list[Candidate]:
-        """Prompts scored on the whole dev order by that score; then the incumbents not (yet) scored
-        on all of it, newest first."""
-        full = [c for c in self.contenders.values() if not self.missing(c, self.order)]
-        ranked = rank_by_score([(c, self.score_on(c, self.order)) for c in full], self.baseline)
-        seen = {c.id for c in ranked}
-        return ranked + [c for c in [*reversed(self.accepted), self.baseline] if c.id not in seen]
+        """The baseline, every accepted prompt and every prompt scored on the whole dev order, by dev
+        score (prompts stopped early for trailing, or by the budget, have too little evidence)."""
+        accepted = {c.id for c in self.accepted} | {self.baseline.id}
+        eligible = [c for c in self.contenders.values() if self.dev_ids_of(c)
+                    and (c.id in accepted or not self.missing(c, self.order))]
+        ranked = rank_by_score([(c, self.score_on(c, self.dev_ids_of(c))) for c in eligible], self.baseline)
+        return ranked or [self.baseline]
 
     def family(self) -> int:
         return 1 + self.challenged
