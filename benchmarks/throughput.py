@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
+from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend, resolve_dtype
+from prompttune.core.config import BackendConfig
 from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.evaluation.evaluator import shared_prefix
 from prompttune.search_spaces import default_space, render
@@ -89,6 +90,18 @@ def workloads(task: Task, backend: TransformersBackend, gen_tokens: int) -> dict
     return out
 
 
+def warmed_workloads(task: Task, reference: TransformersBackend, caller: Backend,
+                     args: argparse.Namespace) -> Iterator[tuple[str, str, Callable[[list], list], list]]:
+    """(name, mode, caller's method, requests) for each selected workload, after a warm-up call."""
+    for name, (mode, requests) in workloads(task, reference, args.gen_tokens).items():
+        if args.only not in name:
+            continue
+        call = caller.score if mode == "score" else caller.generate
+        requests = requests if mode == "score" else requests[:args.gen_n]
+        call(requests[:2])
+        yield name, mode, call, requests
+
+
 def table(backend: TransformersBackend, task: Task, args: argparse.Namespace, peak: float) -> None:
     """One row per workload and path at the backend's current thread and batch settings."""
     flop_per_token = 2 * layer_params(backend)
@@ -97,12 +110,7 @@ def table(backend: TransformersBackend, task: Task, args: argparse.Namespace, pe
           f"matmul peak {peak:.0f} GFLOP/s")
     print(f"{'workload':<18}{'path':<8}{'prompts/s':>10}{'prompt tok/s':>14}{'run tok/s':>11}"
           f"{'GFLOP/s':>9}{'% peak':>8}{'speed-up':>10}{'max |diff|':>12}")
-    for name, (mode, requests) in workloads(task, backend, args.gen_tokens).items():
-        if args.only not in name:
-            continue
-        call = backend.score if mode == "score" else backend.generate
-        requests = requests if mode == "score" else requests[:args.gen_n]
-        call(requests[:2])  # warm-up
+    for name, mode, call, requests in warmed_workloads(task, backend, backend, args):
         full, full_s, full_run = timed(backend, call, requests, False, CLOCKS[args.clock])
         reused, reused_s, reused_run = timed(backend, call, requests, True, CLOCKS[args.clock])
         if mode == "score":
@@ -121,16 +129,10 @@ def table(backend: TransformersBackend, task: Task, args: argparse.Namespace, pe
 
 def server_table(url: str, reference: TransformersBackend, task: Task, args: argparse.Namespace) -> None:
     """The same requests through an OpenAI-compatible server (llama.cpp's caches prefixes itself)."""
-    backend = build_backend(SimpleNamespace(backend="openai", base_url=[url], model=args.model, dtype="auto",
-                                            device="cpu", batch_size=32))
+    backend = build_backend(BackendConfig(backend="openai", base_url=[url], model=args.model))
     print(f"\nserver {url} ({backend.model})")
     print(f"{'workload':<18}{'path':<8}{'prompts/s':>10}{'prompt tok/s':>14}")
-    for name, (mode, requests) in workloads(task, reference, args.gen_tokens).items():
-        if args.only not in name:
-            continue
-        call = backend.score if mode == "score" else backend.generate
-        requests = requests if mode == "score" else requests[:args.gen_n]
-        call(requests[:2])  # warm-up
+    for name, _, call, requests in warmed_workloads(task, reference, backend, args):
         start = time.perf_counter()  # the server's time is not this process's CPU time
         results = call(requests)
         seconds = time.perf_counter() - start
