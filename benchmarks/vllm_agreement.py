@@ -17,10 +17,10 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import add_backend_arguments, backend_options, build_backend
+from prompttune.core.config import BackendConfig
 from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
@@ -75,7 +75,7 @@ def main() -> int:
     parser.add_argument("--against", type=Path, help="compare with a saved reference run")
     parser.add_argument("--min-agreement", type=float, default=0.95)
     args = parser.parse_args()
-    backend = build_backend(SimpleNamespace(**backend_options(args)))
+    backend = build_backend(BackendConfig(**backend_options(args)))
     print(f"{backend.model_id}:")
     result = measure(backend, args.n, args.generate, args.max_new_tokens)
     for server, stats in getattr(backend, "stats", {}).items():
