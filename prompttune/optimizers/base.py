@@ -313,16 +313,16 @@ class SearchDriver:
         n = rule.looks(n_max)[0]
         while True:
             ids = challenge.order[:n]
-            last: tuple[TrialRequest, list[Record]] | None = None
+            scored: list[tuple[TrialRequest, list[Record]]] = []
             for who, purpose in ((challenge.incumbent, "incumbent"), (challenge.candidate, "challenge")):
                 if todo := opt.missing(who, ids):
                     request = TrialRequest(who, todo, purpose)
-                    last = (request, self.evaluate(request))
+                    scored.append((request, self.evaluate(request)))
             decision = rule.decide(opt.correct(challenge.candidate, ids), opt.correct(challenge.incumbent, ids),
                                    n_max, alpha)
-            if last is not None:
-                self.log(*last, {**decision_log(decision), "sweep": challenge.sweep.number,
-                                "sweep_size": challenge.sweep.size})
+            for i, (request, records) in enumerate(scored, 1):  # the decision goes with the look's last trial
+                self.log(request, records, {**decision_log(decision), "sweep": challenge.sweep.number,
+                                            "sweep_size": challenge.sweep.size} if i == len(scored) else {})
             if decision.verdict != "continue":
                 if decision.verdict == "accept":
                     self.sweep_accepts[challenge.sweep.number] = self.sweep_accepts.get(challenge.sweep.number, 0) + 1
