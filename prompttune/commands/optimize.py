@@ -139,13 +139,9 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     if cache_view is None:
         cache = ResultCache(config.cache or run_dir / "cache.sqlite")
         metered = bool(config.cache or resume_dir)
-        views: list[MeteredCache] = []
 
         def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
-            if not metered:
-                return cache
-            views.append(MeteredCache(cache, ledger))
-            return views[-1]
+            return MeteredCache(cache, ledger) if metered else cache
 
     visible = task.without_test()
     train = {ex.id: ex for ex in visible.splits["train"]}
@@ -200,9 +196,8 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
                  label="baseline: the task's default prompt, the one every candidate must beat")
-    replayed = evaluator.cache.foreign_calls if resume_dir and isinstance(evaluator.cache, MeteredCache) else 0
     result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
-                       Resumption(interrupted, replayed) if interrupted is not None else None)
+                       Resumption(interrupted, evaluator.cache.foreign_calls) if interrupted is not None else None)
     write_report(result, config, task, space, baseline)
     write_run_facts(result, task)
     write_html_report(run_dir)
