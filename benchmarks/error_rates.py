@@ -19,6 +19,7 @@ Run from the repository root: python benchmarks/error_rates.py --seeds 200 --wor
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -51,8 +52,9 @@ def rate(k: int, n: int) -> str:
 def table(results: list[dict], conditions: list[str], optimizers: list[str]) -> str:
     nulls = [c for c in conditions if c.startswith("null")]
     alts = [c for c in conditions if not c.startswith("null")]
-    head = ([f"false confirm, {c}" for c in nulls] + [f"power, {c}" for c in alts]
-            + ["sweeps with a false accept (null, both)"])
+    pooled = len(nulls) > 1
+    head = ([f"false confirm, {c}" for c in nulls] + (["false confirm, all nulls"] if pooled else [])
+            + [f"power, {c}" for c in alts] + ["sweeps with a false accept (nulls)"])
     lines = ["| optimizer | " + " | ".join(head) + " |", "| --- " * (len(head) + 1) + "|"]
     for name in optimizers:
         cells = []
@@ -61,6 +63,9 @@ def table(results: list[dict], conditions: list[str], optimizers: list[str]) -> 
             key = "confirmed" if c.startswith("null") else "ships_better"
             cells.append(rate(sum(r[key] for r in runs), len(runs)) if runs else "–")
         null_runs = [r for r in results if r["optimizer"] == name and r["condition"] in nulls]
+        if pooled:
+            cells.insert(len(nulls), rate(sum(r["confirmed"] for r in null_runs), len(null_runs))
+                         + f" of {len(null_runs):,}")
         sweeps = sum(r["sweeps"] for r in null_runs)
         cells.append(rate(sum(r["sweeps_with_accept"] for r in null_runs), sweeps) + f" of {sweeps}"
                      if sweeps else "– (no dev challenges)")
@@ -74,12 +79,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--save", type=Path, help="write every run's outcome here as JSON lines")
     args = parser.parse_args()
     optimizers, conditions = args.optimizers.split(","), args.conditions.split(",")
     jobs = [(o, c, s) for o in optimizers for c in conditions for s in range(args.seeds)]
     started = time.time()
     with ProcessPoolExecutor(args.workers) as pool:
         results = list(pool.map(one_run, jobs, chunksize=8))
+    if args.save:
+        args.save.write_text("".join(json.dumps(r) + "\n" for r in results))
     print(f"{len(jobs)} runs ({args.seeds} seeds × {len(optimizers)} optimizers × {len(conditions)} conditions), "
           f"budget {BUDGET}, dev {ERROR_RATE_SIZES.dev}, test {ERROR_RATE_SIZES.test}, α = 0.05 (test), "
           f"dev α = 0.10 per sweep; {time.time() - started:.0f} s\n")

@@ -10,19 +10,27 @@ prompts either way); run tok/s = tokens actually run through the model per secon
 `tokens_processed`, no padding); GFLOP/s = 2 x non-embedding parameters x run tok/s (the
 matmul work of the layers; attention scores and the lm_head on kept positions are left out);
 % peak = GFLOP/s over the torch.matmul rate on large square matrices of the same dtype,
-measured in the same run with the same threads. `--base-url URL` adds the same workloads through
-an OpenAI-compatible server, as prompts/s only: for llama.cpp's, start
-`python -m llama_cpp.server --model <embedded .gguf> --n_threads 2 --n_ctx 2048` and pass its
-http://127.0.0.1:8000/v1.
+measured in the same run with the same threads.
+
+`--llama-server` starts llama.cpp's OpenAI-compatible server on the embedded GGUF (same threads)
+after the transformers rows and adds two more tables on the same examples: the same workloads
+through prompttune's openai backend, and DSPy's ordinary path, `dspy.Evaluate` of a `dspy.Predict`
+classifier with the same instruction and demos and a `dspy.LM` pointed at that server (DSPy renders
+and parses its own chat prompt; `--dspy-threads` is Evaluate's num_threads). `--base-url URL` uses
+a server you started instead.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/throughput.py [--n 32] [--dtypes fp32,bf16]
      [--threads 1,2] [--batch-sizes 8,16,32,64] [--only "4-demo"] [--device cuda] [--model DIR]
+     [--llama-server | --base-url URL]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -36,6 +44,8 @@ from prompttune.evaluation.evaluator import shared_prefix
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
 from prompttune.tasks.base import Task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/llama_server.py starts the server
 
 # `--clock cpu` times this process's CPU seconds instead of wall seconds: on a machine shared with
 # other jobs that still compares the two paths fairly (with N threads it counts N x the work time).
@@ -142,6 +152,39 @@ def server_table(url: str, reference: TransformersBackend, task: Task, args: arg
     backend.close()
 
 
+def dspy_table(url: str, reference: TransformersBackend, task: Task, args: argparse.Namespace) -> None:
+    """DSPy's ordinary evaluation path on the same examples: Evaluate → Predict → LM → the server."""
+    import dspy
+    import httpx
+
+    from prompttune.dspy_bridge.program import ProgramMapping
+
+    served = httpx.get(f"{url}/models", timeout=10).json()["data"][0]["id"]
+    lm = dspy.LM(f"openai/{served}", api_base=url, api_key="none", cache=False, temperature=0.0,
+                 max_tokens=64)
+    dspy.configure(lm=lm)
+    spec = default_space(task).default_candidate().spec
+    train, test = task.splits["train"], task.splits["test"]
+    mapping = ProgramMapping.build(spec, task.input_fields, train, test)
+    devset = [mapping.example(ex) for ex in test]
+    print(f"\nDSPy {dspy.__version__} Evaluate via dspy.LM → {url} ({served}), "
+          f"{args.dspy_threads} threads, ChatAdapter")
+    print(f"{'workload':<18}{'path':<8}{'prompts/s':>10}{'accuracy':>10}")
+    for demos in (0, 4, 8):
+        name = f"score {demos}-demo"
+        if args.only not in name:
+            continue
+        shots = train[:demos]
+        program = mapping.program(spec.with_updates(demo_ids=tuple(d.id for d in shots)), shots)
+        evaluate = dspy.Evaluate(devset=devset, metric=lambda gold, pred, trace=None: gold.label == pred.label,
+                                 num_threads=args.dspy_threads, display_progress=False, max_errors=len(devset))
+        evaluate(program, devset=devset[:2])  # warm-up, as for the other rows
+        start = time.perf_counter()
+        result = evaluate(program)
+        seconds = time.perf_counter() - start
+        print(f"{name:<18}{'dspy':<8}{len(devset) / seconds:>10.2f}{result.score / 100:>10.3f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=32, help="test examples per workload")
@@ -155,6 +198,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
     parser.add_argument("--model", default=EMBEDDED_MODEL, help="HF id, local directory or .gguf file")
     parser.add_argument("--base-url", help="also time this OpenAI-compatible server on the same requests")
+    parser.add_argument("--llama-server", action="store_true",
+                        help="start llama.cpp's server on the embedded GGUF and time it and DSPy Evaluate")
+    parser.add_argument("--dspy-threads", type=int, default=4, help="dspy.Evaluate num_threads")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="cpu: rates per CPU second of this process (fair on a shared machine)")
     args = parser.parse_args()
@@ -171,8 +217,16 @@ def main() -> None:
                     backend.batch_size = int(batch_size)
                     backend.max_batch_tokens = int(max_tokens) if max_tokens else backend.max_batch_tokens
                     table(backend, task, args, peak)
-    if args.base_url:
-        server_table(args.base_url, backend, task, args)
+    with contextlib.ExitStack() as stack:
+        url = args.base_url
+        if args.llama_server:
+            from prompttune.backends.transformers_backend import embedded_model_path
+            from tests.llama_server import running_llama_server
+
+            url = stack.enter_context(running_llama_server(embedded_model_path(), threads=torch.get_num_threads()))
+        if url:
+            server_table(url, backend, task, args)
+            dspy_table(url, backend, task, args)
 
 
 if __name__ == "__main__":
