@@ -42,7 +42,7 @@ class Scores:
     gain_ci: tuple[float, float]
 
 
-def confirmation_of(run: ArmRun, keep: str) -> Confirmation:
+def _confirmation_under(run: ArmRun, keep: str) -> Confirmation:
     """The run's test figures under a keep rule (see KEEP_RULES)."""
     return run.confirmation if keep == "guarded" else run.raw_confirmation
 
@@ -135,8 +135,8 @@ def seed_pairs(summaries: list[ArmSummary]) -> list[SeedPair]:
         family = []
         for i, first in enumerate(summaries):
             for second in summaries[i + 1:]:
-                theirs = {r.seed: confirmation_of(r, keep) for r in second.runs}
-                pairs = [(confirmation_of(r, keep), theirs[r.seed]) for r in first.runs if r.seed in theirs]
+                theirs = {r.seed: _confirmation_under(r, keep) for r in second.runs}
+                pairs = [(_confirmation_under(r, keep), theirs[r.seed]) for r in first.runs if r.seed in theirs]
                 if len(pairs) < 2:
                     continue
                 diffs = [(_correct(a) - _correct(b)) / a.n for a, b in pairs]
