@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from prompttune.backends.base import Backend
 from prompttune.backends.oracle import SyntheticOracleBackend
@@ -202,13 +203,14 @@ def task_of(config: RunConfig) -> Task:
     return load_run_task(config)
 
 
-def oracle_for(config: RunConfig) -> CountingBackend:
-    """Known accuracies: a 'Label:' output or the second instruction helps (see the colours space)."""
+def colours_accuracy(text: str) -> float:
+    """A 'Label:' output or the second instruction of the colours task's default space helps."""
+    return 0.45 + (0.3 if "Label:" in text else 0.0) + (0.15 if "Choose the correct" in text else 0.0)
+
+
+def oracle_for(config: RunConfig, accuracy: Callable[[str], float] = colours_accuracy) -> CountingBackend:
+    """Known accuracies (by default `colours_accuracy`) for every example of the config's task."""
     examples = [e for split in task_of(config).splits.values() for e in split]
-
-    def accuracy(text: str) -> float:
-        return 0.45 + (0.3 if "Label:" in text else 0.0) + (0.15 if "Choose the correct" in text else 0.0)
-
     return CountingBackend(SyntheticOracleBackend(examples, accuracy,
                                                   proposals=lambda t: f"Name the colour ({len(t) % 5}): "
                                                                       "red, green or blue."))

@@ -78,7 +78,7 @@ def test_mipro_settings_follow_the_cap() -> None:
 
 def test_dspy_bfrs_arm_stopped_by_the_cap_keeps_its_best_full_dev_program(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget=150, dev_size=50)
-    result = run_compare(config, ["random", "dspy-bfrs"], [0], {}, backend=oracle_for(config))
+    result = run_compare(config, ["random", "dspy-bfrs"], [0], {}, backend=oracle_for(config), mode="native")
     run = result.runs[1]
     assert run.stopped_by_budget and run.search.calls <= 150
     assert run.foreign_calls >= 50  # the zero-shot program is the baseline random already scored
@@ -93,7 +93,7 @@ def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, 
         "task": "agnews", "data_dir": str(data_dir), "budget": 30, "train_size": 20, "dev_size": 12,
         "test_size": 20})
     backend = CountingBackend(build_backend(config))
-    result = run_compare(config, ["dspy-bfrs"], [0], {}, backend=backend)
+    result = run_compare(config, ["dspy-bfrs"], [0], {}, backend=backend, mode="native")
     run = result.runs[0]
     # Zero-shot and labeled-only programs (12 dev calls each), then bootstrapping until the cap.
     assert run.stopped_by_budget and run.search.calls == 30 and run.best_dev is not None

@@ -31,9 +31,10 @@ from prompttune.commands.compare_report import print_summary, write_report
 from prompttune.commands.optimize import run_optimization
 from prompttune.commands.report import write_html_report
 from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
+from prompttune.compare.coverage import MODES, Coverage, coverage_check, plan_coverage
 from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
 from prompttune.compare.plot import plot_anytime
-from prompttune.compare.summary import ArmSummary, PairTest, pairwise, summarize
+from prompttune.compare.summary import ArmSummary, PairTest, SeedPair, pairwise, seed_pairs, summarize
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.evaluation.cache import ResultCache
@@ -57,11 +58,12 @@ def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     confirming = next(v for v in views if v.ledger is result.confirm_ledger)
     # Confirmation comes last, so the requests before its own are the search's.
     stop = len(bench.backend.flags) - confirming.computed
-    outcome = result.outcome
+    outcome, verdict = result.outcome, result.verdict
     # Some strategies (successive halving) name a leader only when a round finishes.
     anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
     return ArmRun(arm, seed, result.run_dir, result.baseline.spec, result.shipped.spec, outcome.leader_dev_score,
-                  result.confirmation, result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
+                  result.confirmation, verdict.dev_winner.spec, verdict.leader_confirmation,
+                  result.space.fingerprint(), result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
                   anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
                   stop - start, bench.backend.leaks(start, stop))
 
@@ -78,11 +80,14 @@ def run_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
 class Comparison:
     run_dir: Path
     config: RunConfig
+    mode: str
     arms: list[str]
     seeds: list[int]
+    coverage: dict[str, Coverage]
     runs: list[ArmRun]
     summaries: list[ArmSummary]
     pairs: list[PairTest]
+    seed_pairs: list[SeedPair]
     checks: list[Check]
     wall_seconds: float
 
@@ -102,7 +107,10 @@ def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
-                backend: Backend | None = None, console: Console | None = None) -> Comparison:
+                backend: Backend | None = None, console: Console | None = None,
+                mode: str = "same-space") -> Comparison:
+    """Every arm × seed on one bench; `mode` says what each arm may search of the one space
+    (`prompttune.compare.coverage`)."""
     started = time.time()
     console = console or Console(stderr=True)
     check_arms(arms, options)
@@ -111,27 +119,31 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     task = load_run_task(config)
     require_dev_budget(config, task)
     space = load_space(config, task).bind(task.splits["train"])
+    coverage = plan_coverage(arms, space, mode, options)
     run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
-        {"run": config.model_dump(), "optimizers": arms, "seeds": seeds, "options": options}, indent=2))
+        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options},
+        indent=2))
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
     watch = LeakWatch(backend or build_backend(config), task)
-    bench = Bench(config, task, space, watch, shared, options, run_dir / "arms", console)
+    bench = Bench(config, task, space, watch, shared, options, coverage, run_dir / "arms", console)
     try:
         runs = []
         for arm in arms:
             for seed in seeds:
                 runs.append(run_arm(bench, arm, seed))
-                c = runs[-1].confirmation
-                console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} (baseline "
-                              f"{c.baseline_accuracy:.3f}), {runs[-1].search.calls}/{config.budget} calls")
+                c, raw = runs[-1].confirmation, runs[-1].raw_confirmation
+                console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
+                              f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
+                              f"{runs[-1].search.calls}/{config.budget} calls")
         verdict_calls = _rescore_winners(bench, runs)
     finally:
         shared.close()
     summaries = summarize(runs, arms, seeds)
-    checks = fairness_checks(task, runs, config.budget, config.budget_tokens, verdict_calls, watch)
-    comparison = Comparison(run_dir, config, arms, seeds, runs, summaries, pairwise(summaries), checks,
-                            time.time() - started)
+    checks = [*fairness_checks(task, runs, config.budget, config.budget_tokens, verdict_calls, watch),
+              coverage_check(runs, coverage)]
+    comparison = Comparison(run_dir, config, mode, arms, seeds, coverage, runs, summaries, pairwise(summaries),
+                            seed_pairs(summaries), checks, time.time() - started)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)
@@ -162,15 +174,16 @@ def _compare(args: argparse.Namespace) -> int:
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
-    result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option))
+    result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option),
+                         mode=args.mode)
     failed = [check.claim for check in result.checks if not check.ok]
     if failed:
         print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
         return 1
-    best = max(result.summaries, key=lambda s: s.accuracy)
-    print(f"{len(arms)} optimizers × {args.seeds} seeds at {args.budget} calls: best mean test accuracy "
-          f"{best.accuracy:.3f} ({best.arm}), baseline {result.runs[0].confirmation.baseline_accuracy:.3f}; "
-          f"report: {result.run_dir / 'report.md'}")
+    best = max(result.summaries, key=lambda s: s.guarded.accuracy)
+    print(f"{MODES[args.mode]}: {len(arms)} optimizers × {args.seeds} seeds at {args.budget} calls: best mean "
+          f"guarded test accuracy {best.guarded.accuracy:.3f} ({best.arm}), baseline "
+          f"{result.runs[0].confirmation.baseline_accuracy:.3f}; report: {result.run_dir / 'report.md'}")
     return 0
 
 
@@ -180,7 +193,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_run_arguments(compare)
     compare.add_argument("--optimizers", default="random,sh",
                          help="comma-separated: prompttune optimizers and dspy-mipro, dspy-bfrs")
-    compare.add_argument("--seeds", type=int, default=3, help="optimizer seeds per arm: --seed, --seed+1, …")
+    compare.add_argument("--seeds", type=int, default=5, help="optimizer seeds per arm: --seed, --seed+1, … "
+                         "(default 5: the paired tests across seeds need a few)")
+    compare.add_argument("--mode", choices=list(MODES), default="same-space",
+                         help="same-space (default): an optimizer comparison, every arm searches only what the "
+                         "space declares and holds the rest at the baseline; native: a tool comparison, each "
+                         "tool also adds what it brings itself (demos, its own instructions)")
     compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
     compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",

@@ -1,4 +1,4 @@
-"""report.md, summary.json and the terminal table of a comparison."""
+"""report.md, summary.json and the terminal tables of a comparison."""
 
 from __future__ import annotations
 
@@ -9,11 +9,21 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.table import Table
 
-from prompttune.compare.arms import DSPY_ARMS
-from prompttune.compare.summary import ArmSummary
+from prompttune.compare.arms import DSPY_ARMS, ArmRun
+from prompttune.compare.coverage import MODES
+from prompttune.compare.summary import KEEP_RULES, ArmSummary, Scores
 
 if TYPE_CHECKING:
     from prompttune.commands.compare import Comparison
+
+MODE_TEXT = {
+    "same-space": "every arm searched the one space below and only what it declares: the dimensions an arm "
+                  "cannot search, and whatever the space does not declare, stayed at the baseline value, so "
+                  "the ranking compares search strategies on one problem.",
+    "native": "every arm got the space below and also added what its tool brings itself (demos, its own "
+              "instructions) where the space declares none, so the ranking compares tools as they come, "
+              "spaces included.",
+}
 
 
 def _ci(ci: tuple[float, float]) -> str:
@@ -24,21 +34,49 @@ def _p_list(s: ArmSummary) -> str:
     return ", ".join(f"{r.confirmation.comparison.p_two_sided:.3g}→{p:.3g}" for r, p in zip(s.runs, s.p_bh))
 
 
+def _scores(scores: Scores) -> list[str]:
+    return [f"{scores.accuracy:.3f}", _ci(scores.accuracy_ci), f"{scores.gain:+.3f}", _ci(scores.gain_ci)]
+
+
 def _row(s: ArmSummary, cap: int) -> list[str]:
     devs = [r.best_dev for r in s.runs if r.best_dev is not None]
-    return [s.arm, f"{s.accuracy:.3f}", _ci(s.accuracy_ci), f"{s.gain:+.3f}", _ci(s.gain_ci), _p_list(s),
+    return [s.arm, *_scores(s.guarded), *_scores(s.raw), _p_list(s),
             f"{s.significant}/{len(s.runs)}", f"{mean(devs):.3f}" if devs else "–",
             f"{max(r.search.calls for r in s.runs)}/{cap}", f"{mean(r.search.tokens for r in s.runs):.0f}",
             f"{mean(r.wall_seconds for r in s.runs):.0f}"]
 
 
-HEADER = ["optimizer", "test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
-          "McNemar p per seed (raw→BH)", "seeds sig. better", "dev (selected)", "calls (max)/cap",
+HEADER = ["optimizer", "guarded: test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
+          "raw pick: test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
+          "McNemar p per seed (uncorrected→BH)", "seeds sig. better", "dev (selected)", "calls (max)/cap",
           "tokens (mean)", "wall s (mean)"]
+TERMINAL = (0, 1, 2, 5, 6, 10, 12, 14)  # the columns that fit a terminal; report.md has them all
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER),
+VERDICTS = {"confirmed": "the raw pick ships", "not confirmed": "the baseline ships",
+            "raw = baseline": "the raw pick is the baseline, nothing to test"}
+
+
+def verdict_word(run: ArmRun) -> str:
+    """What the verdict protocol did with the run's raw pick (a key of VERDICTS)."""
+    if run.raw == run.baseline:
+        return "raw = baseline"
+    return "confirmed" if run.best == run.raw else "not confirmed"
+
+
+SEED_HEADER = ["optimizer", "seed", "raw pick: test acc", "verdict", "guarded: test acc", "search calls",
+               "of which shared-cache hits", "tokens", "stopped by cap"]
+SEED_TERMINAL = (0, 1, 2, 3, 4, 5)
+
+
+def seed_row(run: ArmRun) -> list[str]:
+    return [run.arm, str(run.seed), f"{run.raw_confirmation.best_accuracy:.3f}", verdict_word(run),
+            f"{run.confirmation.best_accuracy:.3f}", str(run.search.calls), str(run.foreign_calls),
+            str(run.search.tokens), "yes" if run.stopped_by_budget else "no"]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
@@ -60,31 +98,71 @@ def _dspy_section(comparison: "Comparison") -> list[str]:
     return lines + [""]
 
 
+def _coverage_section(c: "Comparison") -> list[str]:
+    first = next(iter(c.coverage.values()))
+    lines = ["## What each arm searched", "",
+             f"**{MODES[c.mode].capitalize()}** (`--mode {c.mode}`): {MODE_TEXT[c.mode]} Space `{first.space}`, "
+             f"hash {first.space_hash}.", "",
+             "| optimizer | searched | held at the baseline | options that hold it |", "| --- | --- | --- | --- |"]
+    for arm, cov in c.coverage.items():
+        options = ", ".join(f"`{k}={v!r}`" for k, v in cov.options.items()) or "–"
+        lines.append(f"| {arm} | {', '.join(cov.searched)} | {', '.join(cov.held) or '–'} | {options} |")
+    return lines + [""]
+
+
+def _seed_pair_section(c: "Comparison") -> list[str]:
+    if not c.seed_pairs:
+        return []
+    lines = ["## Arms head to head across seeds", "",
+             "Per pair of arms and keep rule: the mean over seeds of the difference in test accuracy (first − "
+             "second; both on the same task draw and test split at each seed), its Student-t 95% interval, and "
+             "a two-sided paired t-test over the seeds, Benjamini–Hochberg-corrected over the pairs of one keep "
+             "rule. The same difference at every seed gets p = 0, the t-test's limit: there is no seed-to-seed "
+             "variation to weigh it against.", "",
+             "| first | second | keep rule | seeds | mean difference | 95% CI | p | p (BH) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for t in c.seed_pairs:
+        lines.append(f"| {t.first} | {t.second} | {t.keep} | {t.seeds} | {t.mean_diff:+.3f} | {_ci(t.diff_ci)} | "
+                     f"{t.p:.3g} | {t.p_bh:.3g} |")
+    return lines + [""]
+
+
 def write_report(comparison: "Comparison") -> None:
     c, config = comparison, comparison.config
     task_sizes = f"train {config.train_size} / dev {config.dev_size} / test {config.test_size}"
     first = c.runs[0].confirmation
     lines = [
-        f"# prompttune compare: {config.task} · cap {config.budget} calls · {len(c.seeds)} seed(s)",
+        f"# prompttune compare: {config.task} · {MODES[c.mode]} · cap {config.budget} calls · "
+        f"{len(c.seeds)} seed(s)",
         "",
         f"Model `{config.model}`, scoring `{config.scoring}` for every arm's search and held-out verdict; "
         f"splits {task_sizes} drawn once with split seed {config.split_seed} and shared by all arms; "
         f"optimizer seeds {', '.join(map(str, c.seeds))}. Wall time {c.wall_seconds:.0f} s.",
         "",
+        *_coverage_section(c),
         "## Held-out test accuracy",
         "",
         f"Baseline prompt: {first.baseline_accuracy:.3f} on {first.n} test examples (Wilson 95% CI "
-        f"{_ci(first.baseline_ci)}). 95% intervals: {c.summaries[0].interval}; p-values are exact McNemar of "
-        f"each seed's winner against the baseline on the same test examples, Benjamini–Hochberg-corrected "
-        f"across arms within each seed. 'Seeds sig. better' counts seeds with a positive gain and "
-        f"corrected p < 0.05.",
+        f"{_ci(first.baseline_ci)}). Every arm is shown under two keep rules, both from the calls its verdict "
+        f"made: raw is {KEEP_RULES['raw']}; guarded is what it ships {KEEP_RULES['guarded']}. "
+        f"95% intervals: {c.summaries[0].interval}; p-values are exact McNemar of what each seed ships against "
+        f"the baseline on the same test examples, Benjamini–Hochberg-corrected across arms within each seed. "
+        f"'Seeds sig. better' counts seeds with a positive gain and corrected p < 0.05.",
         "",
-        *_table([_row(s, config.budget) for s in c.summaries]),
+        *_table(HEADER, [_row(s, config.budget) for s in c.summaries]),
         "",
+        "## Per seed",
+        "",
+        "Verdict: " + "; ".join(f"{word} ({meaning})" for word, meaning in VERDICTS.items()) + ".",
+        "",
+        *_table([*SEED_HEADER, "run directory"],
+                [[*seed_row(r), f"`{r.run_dir.relative_to(c.run_dir)}`"] for r in c.runs]),
+        "",
+        *_seed_pair_section(c),
     ]
     if c.pairs:
         lines += ["## Leading arms head to head", "",
-                  "Exact McNemar between the winners of the leading arms at the same seed, on the same test "
+                  "Exact McNemar between what the leading arms ship at the same seed, on the same test "
                   "examples (b: first right and second wrong; c: the reverse), BH-corrected over these tests.",
                   "", "| first | second | seed | acc first | acc second | b | c | p | p (BH) |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -108,45 +186,55 @@ def write_report(comparison: "Comparison") -> None:
               "(built over the task without its test split; a test id is refused), and a watch on the model "
               "checked every search-time request for test texts.", ""]
     lines += [f"- {'✓' if check.ok else '✗ FAILED'} {check.claim} ({check.detail})" for check in c.checks]
-    lines += ["", *_dspy_section(c), "## Runs", "",
-              "| optimizer | seed | search calls | of which shared-cache hits | tokens | stopped by cap | "
-              "test acc | run directory |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in c.runs:
-        lines.append(f"| {r.arm} | {r.seed} | {r.search.calls} | {r.foreign_calls} | {r.search.tokens} | "
-                     f"{'yes' if r.stopped_by_budget else 'no'} | {r.confirmation.best_accuracy:.3f} | "
-                     f"`{r.run_dir.relative_to(c.run_dir)}` |")
+    lines += ["", *_dspy_section(c)]
     (c.run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (c.run_dir / "summary.json").write_text(json.dumps(_summary_json(c), indent=2))
 
 
+def _scores_json(scores: Scores) -> dict:
+    return {"test_accuracy": scores.accuracy, "test_accuracy_ci": scores.accuracy_ci, "gain": scores.gain,
+            "gain_ci": scores.gain_ci}
+
+
 def _summary_json(c: "Comparison") -> dict:
     return {
-        "arms": [{"arm": s.arm, "test_accuracy": s.accuracy, "test_accuracy_ci": s.accuracy_ci,
-                  "gain": s.gain, "gain_ci": s.gain_ci, "interval": s.interval, "p_bh": s.p_bh,
+        "mode": c.mode, "headline": MODES[c.mode],
+        "arms": [{"arm": s.arm, "coverage": c.coverage[s.arm].to_dict(), "guarded": _scores_json(s.guarded),
+                  "raw": _scores_json(s.raw), "interval": s.interval, "p_bh": s.p_bh,
                   "runs": [{"seed": r.seed, "run_dir": str(r.run_dir), "confirmation": r.confirmation.to_dict(),
-                            "best_dev": r.best_dev, "search": r.search.summary(),
+                            "raw_confirmation": r.raw_confirmation.to_dict(), "verdict": verdict_word(r),
+                            "space_hash": r.space_hash, "best_dev": r.best_dev, "search": r.search.summary(),
                             "shared_cache_hits_charged": r.foreign_calls, "stopped_by_budget": r.stopped_by_budget,
                             "wall_seconds": r.wall_seconds, "anytime": r.anytime} for r in s.runs]}
                  for s in c.summaries],
+        "seed_pairs": [{"first": t.first, "second": t.second, "keep": t.keep, "seeds": t.seeds,
+                        "mean_diff": t.mean_diff, "diff_ci": t.diff_ci, "p": t.p, "p_bh": t.p_bh}
+                       for t in c.seed_pairs],
         "pairwise": [{"first": t.first, "second": t.second, "seed": t.seed, "b": t.comparison.b,
                       "c": t.comparison.c, "p": t.comparison.p_two_sided, "p_bh": t.p_bh} for t in c.pairs],
         "fairness": [{"claim": k.claim, "ok": k.ok, "detail": k.detail} for k in c.checks],
     }
 
 
-TERMINAL = (0, 1, 2, 3, 6, 8, 10)  # the columns that fit a terminal; report.md has them all
-
-
 def print_summary(comparison: "Comparison", console: Console) -> None:
     c = comparison
-    table = Table(title=f"prompttune compare · {c.run_dir.name}")
+    table = Table(title=f"prompttune compare · {MODES[c.mode]} · {c.run_dir.name}")
     for i in TERMINAL:
         table.add_column(HEADER[i], justify="left" if i == 0 else "right")
     for s in c.summaries:
         row = _row(s, c.config.budget)
         table.add_row(*(row[i] for i in TERMINAL))
     console.print(table)
+    seeds = Table(title="per seed")
+    for i in SEED_TERMINAL:
+        seeds.add_column(SEED_HEADER[i], justify="left" if i in (0, 3) else "right")
+    for run in c.runs:
+        row = seed_row(run)
+        seeds.add_row(*(row[i] for i in SEED_TERMINAL))
+    console.print(seeds)
     console.print(f"baseline test accuracy {c.runs[0].confirmation.baseline_accuracy:.3f}")
+    for arm, cov in c.coverage.items():
+        console.print(f"{arm} searched {', '.join(cov.searched)}; held {', '.join(cov.held) or 'nothing'}")
     for check in c.checks:
         console.print(f"{'[green]✓' if check.ok else '[red]✗'}[/] {check.claim}")
     console.print(f"report: {c.run_dir / 'report.md'}")

@@ -80,6 +80,7 @@ def resume_optimization(run_dir: Path, backend: Backend | None = None, console: 
 class RunResult:
     run_dir: Path
     baseline: Candidate
+    space: SearchSpace
     outcome: SearchOutcome
     verdict: Verdict
     search_ledger: BudgetLedger
@@ -196,7 +197,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
                  label="baseline: the task's default prompt, the one every candidate must beat")
-    result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
+    result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
                        Resumption(interrupted, evaluator.cache.foreign_calls) if interrupted is not None else None)
     write_report(result, config, task, space, baseline)
     write_run_facts(result, task)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
+from prompttune.compare.coverage import Coverage
 from prompttune.compare.fairness import LeakWatch
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -50,7 +51,7 @@ def check_arms(arms: list[str], options: dict[str, dict[str, Any]]) -> None:
 @dataclass
 class Bench:
     """What every arm shares: one config (cap, splits, model, scoring), one task draw, one
-    space, one loaded model behind the leak watch, and one cache."""
+    space, one loaded model behind the leak watch, and one cache; per arm, its coverage of the space."""
 
     config: RunConfig
     task: Task
@@ -58,18 +59,21 @@ class Bench:
     backend: LeakWatch
     shared: ResultCache
     options: dict[str, dict[str, Any]]
+    coverage: dict[str, Coverage]
     arms_dir: Path
     console: Console
 
     def arm_config(self, arm: str, seed: int) -> RunConfig:
+        """The arm's run: the user's options plus those that hold what the mode holds."""
+        options = {**self.options.get(arm, {}), **self.coverage[arm].options}
         return self.config.model_copy(update={"optimizer": arm, "seed": seed, "cache": None,
-                                              "optimizer_options": self.options.get(arm, {}),
-                                              "runs_dir": str(self.arms_dir)})
+                                              "optimizer_options": options, "runs_dir": str(self.arms_dir)})
 
 
 @dataclass
 class ArmRun:
-    """One arm at one seed: what it ships after the held-out verdict, and what it spent."""
+    """One arm at one seed: its own pick (raw), what it ships after the held-out verdict (guarded:
+    `best`, `confirmation`), the space it searched, and what it spent."""
 
     arm: str
     seed: int
@@ -78,6 +82,9 @@ class ArmRun:
     best: PromptSpec
     best_dev: float | None
     confirmation: Confirmation
+    raw: PromptSpec  # the dev winner / DSPy's program, whatever the verdict
+    raw_confirmation: Confirmation  # its test figures, from the verdict's own records
+    space_hash: str
     search: BudgetLedger
     confirm_calls: int
     foreign_calls: int

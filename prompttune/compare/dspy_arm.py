@@ -242,6 +242,6 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     notes = [plan.description, f"Dev winner: {how}.", f"Verdict: {verdict.summary()}.",
              f"{len(tracker.scores)} programs scored on the whole dev split."]
     return ArmRun(arm, seed, run_dir, baseline.spec, shipped, tracker.scores.get(chosen),
-                  verdict.shipped_confirmation, ledger,
+                  verdict.shipped_confirmation, chosen, verdict.leader_confirmation, bench.space.fingerprint(), ledger,
                   confirm_ledger.calls, search_view.foreign_calls, tracker.anytime, program is None,
                   time.time() - started, notes, stop - start, bench.backend.leaks(start, stop))

@@ -76,15 +76,18 @@ class Mipro(Optimizer):
         self.demo_sets = [(), *shuffled_demo_sets(solved, self.rng, self.n_demo_sets - 1, 4)]
 
     def _propose_instructions(self) -> list[str]:
-        """One summary call, then one call per instruction; invalid proposals are dropped."""
+        """The baseline's instruction (even the minimal ""), then one summary call and one call per
+        proposed instruction; invalid proposals are dropped. With instructions=1, no call at all."""
         assert self.proposer is not None
         base = self.baseline.spec
+        pool = [base.instruction]
+        if self.n_instructions == 1:
+            return pool
         labels = ", ".join(base.label_words)
         examples = [self.memo[self.baseline.id][i] for i in self.pool_ids[:4]]
         shown = "\n".join(f"- {self.example_text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
         summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
                                 "Describe in one sentence what task these examples come from.")
-        pool = [base.instruction] if base.instruction else []
         for _ in range(2 * self.n_instructions):
             if len(pool) >= self.n_instructions:
                 break
@@ -95,7 +98,7 @@ class Mipro(Optimizer):
                 base.label_words)
             if text is not None and text not in pool:
                 pool.append(text)
-        return pool or [base.instruction]
+        return pool
 
     # -- ask / tell ---------------------------------------------------------------------------
     def _minibatch(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -135,6 +135,14 @@ class SearchSpace:
 
     def dimension(self, name: str) -> Dimension:
         return self._by_name[name]
+
+    def fingerprint(self) -> str:
+        """Hash of what defines the candidates (name, baseline spec, dimensions with their values,
+        default, rules), so two runs can show they searched the same space."""
+        payload = {"name": self.name, "base": asdict(self.base), "default": self.default,
+                   "dimensions": [[d.name, d.target, d.kind, list(d.values)] for d in self.dimensions],
+                   "rules": [rule.describe() for rule in self.constraints]}
+        return hashlib.sha256(canonical(payload).encode()).hexdigest()[:12]
 
     def values_of(self, assignment: Mapping[str, int]) -> dict[str, Any]:
         return {n: self._by_name[n].values[i] for n, i in assignment.items()}

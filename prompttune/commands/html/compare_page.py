@@ -4,32 +4,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prompttune.commands.compare_report import HEADER, _ci
+from prompttune.commands.compare_report import HEADER, MODE_TEXT, SEED_HEADER, _ci
 from prompttune.commands.html.page import Html, document, esc, para, png_img, read_json, section, table
 
 
+def _scores(scores: dict) -> list[str]:
+    return [f"{scores['test_accuracy']:.3f}", _ci(scores["test_accuracy_ci"]), f"{scores['gain']:+.3f}",
+            _ci(scores["gain_ci"])]
+
+
 def _arm_rows(summary: dict) -> list[list[object]]:
-    return [[a["arm"], f"{a['test_accuracy']:.3f}", _ci(a["test_accuracy_ci"]), f"{a['gain']:+.3f}",
-             _ci(a["gain_ci"]), f"{sum(p < 0.05 and r['confirmation']['gain'] > 0 for p, r in zip(a['p_bh'], a['runs']))}"
+    return [[a["arm"], *_scores(a["guarded"]), *_scores(a["raw"]),
+             f"{sum(p < 0.05 and r['confirmation']['gain'] > 0 for p, r in zip(a['p_bh'], a['runs']))}"
              f"/{len(a['runs'])}", a["interval"]] for a in summary["arms"]]
+
+
+def _coverage_rows(summary: dict) -> list[list[object]]:
+    return [[a["arm"], ", ".join(a["coverage"]["searched"]), ", ".join(a["coverage"]["held"]) or "–",
+             ", ".join(f"{k}={v!r}" for k, v in a["coverage"]["options"].items()) or "–"] for a in summary["arms"]]
 
 
 def _seed_rows(summary: dict, run_dir: Path) -> list[list[object]]:
     rows = []
     for arm in summary["arms"]:
         for run, p_bh in zip(arm["runs"], arm["p_bh"]):
-            c = run["confirmation"]
+            c, raw = run["confirmation"], run["raw_confirmation"]
             link = Path(run["run_dir"])
             local = link.relative_to(run_dir) if link.is_relative_to(run_dir) else link
-            rows.append([arm["arm"], run["seed"], f"{c['best_accuracy']:.3f}", _ci(c["best_ci"]),
+            rows.append([arm["arm"], run["seed"], f"{raw['best_accuracy']:.3f}", run["verdict"],
+                         f"{c['best_accuracy']:.3f}", run["search"]["calls"], run["shared_cache_hits_charged"],
+                         run["search"]["prompt_tokens"] + run["search"]["completion_tokens"],
+                         "yes" if run["stopped_by_budget"] else "no",
                          f"{c['gain']:+.3f} {_ci(c['gain_ci'])}", f"{c['comparison']['b']} / {c['comparison']['c']}",
                          f"{c['comparison']['p_two_sided']:.3g}", f"{p_bh:.3g}",
-                         "–" if run["best_dev"] is None else f"{run['best_dev']:.3f}",
-                         run["search"]["calls"], run["shared_cache_hits_charged"],
-                         run["search"]["prompt_tokens"] + run["search"]["completion_tokens"],
-                         "yes" if run["stopped_by_budget"] else "no", f"{run['wall_seconds']:.0f}",
+                         "–" if run["best_dev"] is None else f"{run['best_dev']:.3f}", f"{run['wall_seconds']:.0f}",
                          Html(f'<a href="{esc(local.as_posix())}/report.html">{esc(local.name)}</a>')])
     return rows
+
+
+def _seed_pair_rows(summary: dict) -> list[list[object]]:
+    return [[t["first"], t["second"], t["keep"], t["seeds"], f"{t['mean_diff']:+.3f}", _ci(t["diff_ci"]),
+             f"{t['p']:.3g}", f"{t['p_bh']:.3g}"] for t in summary["seed_pairs"]]
 
 
 def compare_page(run_dir: Path) -> str:
@@ -37,28 +52,40 @@ def compare_page(run_dir: Path) -> str:
     summary = read_json(run_dir / "summary.json")
     run = config["run"]
     first = summary["arms"][0]["runs"][0]["confirmation"]
+    space = summary["arms"][0]["coverage"]
     checks = "".join(f'<li class="{"ok" if k["ok"] else "bad"}">{"✓" if k["ok"] else "✗ FAILED"} {esc(k["claim"])} '
                      f'<span class="note">({esc(k["detail"])})</span></li>' for k in summary["fairness"])
     parts = [
+        section("What each arm searched",
+                para(f"{summary['headline'].capitalize()} (--mode {summary['mode']}): {MODE_TEXT[summary['mode']]} "
+                     f"Space {space['space']}, hash {space['space_hash']}."),
+                table(["optimizer", "searched", "held at the baseline", "options that hold it"],
+                      _coverage_rows(summary))),
         section("Held-out test accuracy per optimizer",
                 para(f"Baseline prompt: {first['baseline_accuracy']:.3f} {_ci(first['baseline_ci'])} on {first['n']} "
-                     "test examples. p-values: exact McNemar of each seed's winner against the baseline, "
-                     "Benjamini–Hochberg-corrected across arms within each seed."),
-                table([HEADER[0], HEADER[1], HEADER[2], HEADER[3], HEADER[4], HEADER[6], "interval"],
-                      _arm_rows(summary), (1, 3, 5))),
+                     "test examples. Raw: the arm's own pick (the dev winner, or DSPy's best program); guarded: what "
+                     "it ships after the verdict protocol (the raw pick if confirmed on test, else the baseline), "
+                     "both from the calls its verdict made. p-values: exact McNemar of what each seed ships against "
+                     "the baseline, Benjamini–Hochberg-corrected across arms within each seed."),
+                table([*HEADER[:9], HEADER[10], "interval"], _arm_rows(summary), (1, 3, 5, 7, 9))),
         section("Per seed",
-                table(["optimizer", "seed", "test acc", "95% CI (Wilson)", "gain [paired bootstrap CI]", "b / c",
-                       "McNemar p", "p (BH)", "dev (selected)", "search calls", "shared-cache hits charged",
-                       "tokens", "stopped by cap", "wall s", "run"], _seed_rows(summary, run_dir),
-                      (1, 2, 6, 7, 8, 9, 10, 11, 13))),
+                table([*SEED_HEADER, "guarded gain [paired bootstrap CI]", "b / c", "McNemar p", "p (BH)",
+                       "dev (selected)", "wall s", "run"], _seed_rows(summary, run_dir),
+                      (1, 2, 4, 5, 6, 7, 11, 12, 13, 14))),
+        section("Arms head to head across seeds",
+                para("Mean over seeds of the difference in test accuracy (first − second), its Student-t 95% "
+                     "interval, and a two-sided paired t-test over seeds, BH-corrected over the pairs of one keep "
+                     "rule."),
+                table(["first", "second", "keep rule", "seeds", "mean difference", "95% CI", "p", "p (BH)"],
+                      _seed_pair_rows(summary), (3, 4, 6, 7))),
         section("Anytime curves", png_img((run_dir / "anytime.png").read_bytes(), "anytime curves per optimizer"),
                 para("Best-so-far dev score against search calls: thick line the mean over seeds, band the range "
                      "over seeds, dots where each run last updated; dotted: the cap.", "note")),
         section("Fairness checks", Html(f"<ul>{checks}</ul>")),
-        para("Generated from summary.json and config.json; the pairwise tests and the DSPy notes are in report.md.",
-             "note"),
+        para("Generated from summary.json and config.json; the McNemar tests between the leading arms and the DSPy "
+             "notes are in report.md.", "note"),
     ]
-    subtitle = (f"Model {run['model']}, scoring {run['scoring']}; cap {run['budget']} search calls per run; "
-                f"splits train {run['train_size']} / dev {run['dev_size']} / test {run['test_size']} shared by all "
-                f"arms; seeds {', '.join(map(str, config['seeds']))}.")
+    subtitle = (f"{summary['headline'].capitalize()}. Model {run['model']}, scoring {run['scoring']}; cap "
+                f"{run['budget']} search calls per run; splits train {run['train_size']} / dev {run['dev_size']} / "
+                f"test {run['test_size']} shared by all arms; seeds {', '.join(map(str, config['seeds']))}.")
     return document(f"prompttune compare: {Path(run['task']).stem} · {', '.join(config['optimizers'])}", subtitle, parts)

@@ -1,0 +1,172 @@
+"""compare on the synthetic oracle: one space for every arm (same-space vs native), the per-seed
+table with paired tests across seeds, and every arm shown raw and guarded by the verdict protocol."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from scipy import stats
+
+from prompttune.commands.compare import Comparison, run_compare
+from prompttune.commands.compare import add_parser as add_compare_commands
+from prompttune.compare.arms import DSPY_ARMS
+from prompttune.compare.coverage import REACH, coverage_check, plan_coverage
+from prompttune.core.errors import UserError
+from prompttune.optimizers import OPTIMIZERS, checked_optimizer
+from prompttune.search_spaces import build_space, default_space
+from tests.support import oracle_config, oracle_for, task_of
+
+QUIET = Console(quiet=True)
+
+
+def _compare(tmp_path: Path, arms: list[str], seeds: list[int], mode: str = "same-space", accuracy=None,
+             **changes) -> tuple[Comparison, object]:
+    config = oracle_config(tmp_path, **changes)
+    backend = oracle_for(config, accuracy) if accuracy else oracle_for(config)
+    return run_compare(config, arms, seeds, {}, backend=backend, console=QUIET, mode=mode), backend
+
+
+def _trial_demos(run_dir: Path) -> set[tuple[str, ...]]:
+    return {tuple(json.loads(line).get("demo_ids", [])) for line in (run_dir / "trials.jsonl").read_text().splitlines()}
+
+
+@pytest.fixture(scope="module")
+def same_space(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    return _compare(tmp_path_factory.mktemp("same"), ["random", "mipro"], [0])[0]
+
+
+def test_same_space_gives_every_arm_one_space_and_holds_what_it_cannot_search(same_space: Comparison,
+                                                                              tmp_path: Path) -> None:
+    c = same_space
+    space = default_space(task_of(c.config))
+    assert {r.space_hash for r in c.runs} == {cov.space_hash for cov in c.coverage.values()} == {space.fingerprint()}
+    dims = [d.name for d in space.dimensions]
+    assert c.coverage["random"].searched == tuple(dims) and c.coverage["random"].held == ()
+    mipro = c.coverage["mipro"]
+    assert mipro.held == ("demos (the space declares none)",) and mipro.options == {"demo_sets": 1}
+    assert mipro.held_fields == {"demo_ids"}
+    # The default space declares no few-shot, so in same-space mode mipro never tried a demo; natively it does.
+    mipro_run = c.runs[1]
+    assert _trial_demos(mipro_run.run_dir) == {()} and mipro_run.raw.demo_ids == ()
+    native, _ = _compare(tmp_path, ["mipro"], [0], mode="native")
+    assert native.coverage["mipro"].held == () and len(_trial_demos(native.runs[0].run_dir)) > 1
+    assert all(check.ok for check in c.checks), [k for k in c.checks if not k.ok]
+    report = (c.run_dir / "report.md").read_text()
+    for needle in ("optimizer comparison on one space", "## What each arm searched", "`demo_sets=1`",
+                   f"hash {space.fingerprint()}"):
+        assert needle in report
+    assert "tool comparison, native spaces" in (native.run_dir / "report.md").read_text()
+    summary = json.loads((c.run_dir / "summary.json").read_text())
+    assert summary["mode"] == "same-space" and summary["arms"][1]["coverage"]["held"] == list(mipro.held)
+    page = (c.run_dir / "report.html").read_text()
+    assert "<h2>What each arm searched" in page and "Optimizer comparison on one space" in page
+
+
+def test_the_coverage_check_fails_on_a_changed_held_field_or_another_space(same_space: Comparison) -> None:
+    c = same_space
+    mipro = c.runs[1]
+    with_demos = replace(mipro, raw=mipro.raw.with_updates(demo_ids=("x",)))
+    other_space = replace(c.runs[0], space_hash="0" * 12)
+    check = coverage_check([c.runs[0], with_demos], c.coverage)
+    assert not check.ok and check.detail == "mipro s0"
+    check = coverage_check([other_space, mipro], c.coverage)
+    assert not check.ok and check.detail == "random s0"
+
+
+def test_a_dspy_arm_holds_format_and_label_words_and_stays_zero_shot_on_the_default_space(tmp_path: Path) -> None:
+    pytest.importorskip("dspy")
+    c, _ = _compare(tmp_path, ["dspy-mipro"], [0])
+    cov, run = c.coverage["dspy-mipro"], c.runs[0]
+    assert cov.searched == ("instruction (writes its own instruction)",) and cov.options == {"max_demos": 0}
+    assert cov.held == ("input_name", "output_name", "intra_separator", "label_words",
+                        "demos (the space declares none)")
+    assert run.raw.instruction != run.baseline.instruction  # it did search: a proposed instruction won on dev
+    assert run.raw == run.baseline.with_updates(instruction=run.raw.instruction)
+    assert all(check.ok for check in c.checks)
+
+
+def test_every_arm_declares_its_reach_and_its_hold_options_are_valid() -> None:
+    assert set(REACH) == {*OPTIMIZERS, *DSPY_ARMS}
+    for name in OPTIMIZERS:
+        for options in REACH[name].holds.values():
+            checked_optimizer(name, dict(options))
+
+
+def test_same_space_refuses_an_arm_it_cannot_hold_to_the_space(tmp_path: Path) -> None:
+    task = task_of(oracle_config(tmp_path))
+    space = default_space(task)
+    with pytest.raises(UserError, match="bfrs only chooses its own demos, and space 'colours-default' declares no "
+                                        "dimension for that"):
+        plan_coverage(["random", "bfrs"], space, "same-space", {})
+    with pytest.raises(UserError, match="--option mipro.demo_sets=4 would let mipro add demos"):
+        plan_coverage(["mipro"], space, "same-space", {"mipro": {"demo_sets": 4}})
+    assert plan_coverage(["bfrs"], space, "native", {})["bfrs"].searched == (
+        "chooses its own demos (the space declares no demos)",)
+    few_shot = build_space({"name": "shots", "instructions": ["Name the colour.", "Pick one of {labels}."],
+                            "few_shot": {"k": [0, 2]}}, task)
+    bfrs = plan_coverage(["bfrs"], few_shot, "same-space", {})["bfrs"]
+    assert bfrs.searched == tuple(f"few_shot.{key} (chooses its own demos)" for key in ("k", "selection", "order"))
+    assert bfrs.held == ("instruction",) and bfrs.options == {}
+    assert "instruction" in bfrs.held_fields and "demo_ids" not in bfrs.held_fields
+    no_instruction = build_space({"name": "formats", "few_shot": {"k": [0, 2]}, "choices": {"output_template": {
+        "values": ["Answer: {}", "Label: {}"]}}}, task)
+    with pytest.raises(UserError, match="dspy-mipro always writes its own instruction, and space 'formats' "
+                                        "declares no instruction"):
+        plan_coverage(["dspy-mipro"], no_instruction, "same-space", {})
+    assert plan_coverage(["mipro"], no_instruction, "same-space", {})["mipro"].options == {"instructions": 1}
+
+
+def test_the_mode_is_a_command_line_choice(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_compare_commands(parser.add_subparsers(dest="command"))
+    assert parser.parse_args(["compare"]).mode == "same-space" and parser.parse_args(["compare"]).seeds == 5
+    with pytest.raises(SystemExit):
+        parser.parse_args(["compare", "--mode", "mixed"])
+
+
+def test_per_seed_table_and_paired_tests_rank_the_arm_that_can_reach_the_better_prompt(tmp_path: Path) -> None:
+    # random can reach the 'Label:' output (+0.3); bfrs only chooses demos, which the oracle ignores.
+    c, _ = _compare(tmp_path, ["random", "bfrs"], [0, 1, 2], mode="native")
+    by = {(r.arm, r.seed): r for r in c.runs}
+    rows = (c.run_dir / "report.md").read_text().split("## Per seed")[1].split("##")[0]
+    for r in c.runs:
+        assert (f"| {r.arm} | {r.seed} | {r.raw_confirmation.best_accuracy:.3f} | " in rows
+                and f"| {r.confirmation.best_accuracy:.3f} | {r.search.calls} | " in rows)
+    for keep, accuracy in (("guarded", lambda r: sum(r.test_correct) / len(r.test_correct)),
+                           ("raw", lambda r: r.raw_confirmation.best_accuracy)):
+        pair = next(t for t in c.seed_pairs if t.keep == keep)
+        first = [accuracy(by[("random", s)]) for s in (0, 1, 2)]
+        second = [accuracy(by[("bfrs", s)]) for s in (0, 1, 2)]
+        assert (pair.first, pair.second, pair.seeds) == ("random", "bfrs", 3)
+        assert pair.mean_diff == pytest.approx(sum(first) / 3 - sum(second) / 3) and pair.mean_diff > 0.25
+        assert pair.p_bh < 0.05
+    guarded, raw = (next(t for t in c.seed_pairs if t.keep == keep) for keep in ("guarded", "raw"))
+    # Guarded, random ships one prompt at every seed and bfrs the baseline: one difference, the t-test's limit.
+    assert guarded.diff_ci == (guarded.mean_diff, guarded.mean_diff) and guarded.p == 0.0
+    raw_accuracy = {key: r.raw_confirmation.best_accuracy for key, r in by.items()}
+    assert raw.p == pytest.approx(stats.ttest_rel([raw_accuracy[("random", s)] for s in (0, 1, 2)],
+                                                  [raw_accuracy[("bfrs", s)] for s in (0, 1, 2)]).pvalue)
+    random_arm = c.summaries[0]
+    assert random_arm.guarded.accuracy > c.summaries[1].guarded.accuracy + 0.25
+    assert random_arm.guarded.accuracy_ci[0] <= random_arm.guarded.accuracy <= random_arm.guarded.accuracy_ci[1]
+    page = (c.run_dir / "report.html").read_text()
+    assert "<h2>Arms head to head across seeds" in page and "raw pick: test acc" in page
+
+
+def test_raw_and_guarded_differ_when_the_raw_pick_is_not_confirmed_and_cost_no_extra_call(tmp_path: Path) -> None:
+    # Every prompt is equally good: random's dev winner is only lucky on dev, so the test split does not confirm it.
+    c, backend = _compare(tmp_path, ["random"], [0], accuracy=lambda text: 0.6)
+    run = c.runs[0]
+    assert run.raw != run.baseline and run.best == run.baseline
+    assert run.confirmation.best_accuracy == run.confirmation.baseline_accuracy
+    assert run.raw_confirmation.best_accuracy != run.confirmation.best_accuracy
+    assert c.summaries[0].raw.accuracy == run.raw_confirmation.best_accuracy != c.summaries[0].guarded.accuracy
+    assert "| random | 0 | 0.567 | not confirmed | 0.611 |" in (c.run_dir / "report.md").read_text()
+    # The raw pick's test figures are the verdict's own: baseline and raw pick on test, nothing more.
+    assert run.confirm_calls == 2 * c.config.test_size
+    assert backend.calls == run.search.calls + run.confirm_calls
