@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from rich.console import Console
@@ -31,7 +31,7 @@ from prompttune.commands.compare_report import print_summary, write_report
 from prompttune.commands.optimize import run_optimization
 from prompttune.commands.report import write_html_report
 from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
-from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
+from prompttune.compare.fairness import Cap, Check, ModelWatch, caps_of, fairness_checks
 from prompttune.compare.plot import plot_anytime
 from prompttune.compare.summary import ArmSummary, PairTest, pairwise, summarize
 from prompttune.core.config import RunConfig
@@ -44,26 +44,24 @@ from prompttune.evaluation.metered_cache import MeteredCache
 
 def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     """A prompttune optimizer through the ordinary runner, on the shared model and cache view."""
-    views: list[MeteredCache] = []
+    views: list[tuple[MeteredCache, int]] = []  # each ledger's view, and the model's request log when it opened
 
     def view(ledger: BudgetLedger) -> MeteredCache:
-        views.append(MeteredCache(bench.shared, ledger))
-        return views[-1]
+        views.append((MeteredCache(bench.shared, ledger), bench.backend.mark()))
+        return views[-1][0]
 
-    start = len(bench.backend.flags)
     result = run_optimization(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
                               cache_view=view)
-    search = next(v for v in views if v.ledger is result.search_ledger)
-    confirming = next(v for v in views if v.ledger is result.confirm_ledger)
-    # Confirmation comes last, so the requests before its own are the search's.
-    stop = len(bench.backend.flags) - confirming.computed
+    search, start = next((v, mark) for v, mark in views if v.ledger is result.search_ledger)
+    # The search's view opens just before the search, the verdict's once the search has ended.
+    stop = next(mark for v, mark in views if v.ledger is result.confirm_ledger)
     outcome = result.outcome
     # Some strategies (successive halving) name a leader only when a round finishes.
     anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
     return ArmRun(arm, seed, result.run_dir, result.baseline.spec, result.shipped.spec, outcome.leader_dev_score,
                   result.confirmation, result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
-                  anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
-                  stop - start, bench.backend.leaks(start, stop))
+                  search.foreign_tokens, anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
+                  bench.backend.served(start, stop), result.verdict.test_ids)
 
 
 def run_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
@@ -83,6 +81,7 @@ class Comparison:
     runs: list[ArmRun]
     summaries: list[ArmSummary]
     pairs: list[PairTest]
+    caps: list[Cap]  # the matched cap first
     checks: list[Check]
     wall_seconds: float
 
@@ -102,9 +101,15 @@ def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
-                backend: Backend | None = None, console: Console | None = None) -> Comparison:
+                backend: Backend | None = None, console: Console | None = None,
+                match: Literal["calls", "tokens"] = "calls") -> Comparison:
+    """`match`: the budget every arm gets and the checks compare — search calls (`config.budget`),
+    or search tokens (`config.budget_tokens`; the call budget then stays what the optimizers plan
+    with, and a ceiling)."""
     started = time.time()
     console = console or Console(stderr=True)
+    if match == "tokens" and config.budget_tokens is None:
+        raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     check_arms(arms, options)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
@@ -113,9 +118,15 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     space = load_space(config, task).bind(task.splits["train"])
     run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
-        {"run": config.model_dump(), "optimizers": arms, "seeds": seeds, "options": options}, indent=2))
+        {"run": config.model_dump(), "optimizers": arms, "seeds": seeds, "options": options, "match": match},
+        indent=2))
+    watch = ModelWatch(backend or build_backend(config), task)
+    if match == "tokens" and watch.token_bounds([]) is None:  # None: it cannot count a request's tokens ahead
+        raise UserError(f"--match tokens needs a backend that counts tokens before a call (transformers, vllm); "
+                        f"--backend {config.backend} learns them from the server afterwards, so its token cap "
+                        f"cannot be hard")
+    caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    watch = LeakWatch(backend or build_backend(config), task)
     bench = Bench(config, task, space, watch, shared, options, run_dir / "arms", console)
     try:
         runs = []
@@ -124,13 +135,14 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 runs.append(run_arm(bench, arm, seed))
                 c = runs[-1].confirmation
                 console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} (baseline "
-                              f"{c.baseline_accuracy:.3f}), {runs[-1].search.calls}/{config.budget} calls")
+                              f"{c.baseline_accuracy:.3f}), {caps[0].charged(runs[-1])}/{caps[0].limit} "
+                              f"{caps[0].unit}")
         verdict_calls = _rescore_winners(bench, runs)
     finally:
         shared.close()
     summaries = summarize(runs, arms, seeds)
-    checks = fairness_checks(task, runs, config.budget, config.budget_tokens, verdict_calls, watch)
-    comparison = Comparison(run_dir, config, arms, seeds, runs, summaries, pairwise(summaries), checks,
+    checks = fairness_checks(task, runs, caps, verdict_calls, watch)
+    comparison = Comparison(run_dir, config, arms, seeds, runs, summaries, pairwise(summaries), caps, checks,
                             time.time() - started)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
@@ -162,13 +174,15 @@ def _compare(args: argparse.Namespace) -> int:
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
-    result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option))
-    failed = [check.claim for check in result.checks if not check.ok]
+    result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option),
+                         match=args.match)
+    failed = [check.claim for check in result.checks if check.status == "failed"]
     if failed:
         print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
         return 1
     best = max(result.summaries, key=lambda s: s.accuracy)
-    print(f"{len(arms)} optimizers × {args.seeds} seeds at {args.budget} calls: best mean test accuracy "
+    cap = result.caps[0]
+    print(f"{len(arms)} optimizers × {args.seeds} seeds at {cap.limit} {cap.unit}: best mean test accuracy "
           f"{best.accuracy:.3f} ({best.arm}), baseline {result.runs[0].confirmation.baseline_accuracy:.3f}; "
           f"report: {result.run_dir / 'report.md'}")
     return 0
@@ -183,6 +197,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--seeds", type=int, default=3, help="optimizer seeds per arm: --seed, --seed+1, …")
     compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
     compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
+    compare.add_argument("--match", choices=["calls", "tokens"], default="calls",
+                         help="what every arm is matched on and the checks compare: search calls (--budget), or "
+                              "search tokens (--budget-tokens, required; --budget is then what optimizers plan "
+                              "with and a ceiling: set it above what the token cap buys)")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
     compare.set_defaults(handler=_compare)
