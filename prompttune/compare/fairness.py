@@ -79,6 +79,9 @@ class ModelWatch(Backend):
         self._log += [(self._quotes_test(r.text), out.prompt_tokens + out.completion_tokens)
                       for r, out in zip(requests, results)]
 
+    def describe(self) -> str:
+        return self.inner.describe()
+
     def to_text(self, prompt: Prompt) -> str:
         return self.inner.to_text(prompt)
 
