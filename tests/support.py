@@ -53,6 +53,9 @@ class CountingBackend(Backend):
         self.calls += len(requests)
         return self.inner.generate(requests)
 
+    def token_bounds(self, requests):
+        return self.inner.token_bounds(requests)
+
 
 FIELDS = ("Input: {}", "Text: {}", "Data: {}", "Query: {}", "Item: {}", "Example: {}")
 OUTPUTS = ("Answer: {}", "Label: {}", "Output: {}", "Class: {}", "Colour: {}", "Result: {}")

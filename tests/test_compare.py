@@ -12,7 +12,7 @@ import pytest
 from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.commands.compare import parse_options, run_compare
 from prompttune.commands.optimize import run_optimization
-from prompttune.compare.fairness import LeakWatch
+from prompttune.compare.fairness import ModelWatch
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import ScoreRequest
@@ -95,11 +95,11 @@ def test_compare_two_optimizers_two_seeds_matched_budgets(tmp_path: Path) -> Non
 def test_the_watch_flags_a_prompt_that_quotes_a_test_example(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     task = task_of(config)
-    watch = LeakWatch(oracle_for(config), task)
+    watch = ModelWatch(oracle_for(config), task)
     test_text, train_text = task.splits["test"][0].fields["text"], task.splits["train"][0].fields["text"]
     watch.score([ScoreRequest(f"Input: {train_text}\nAnswer:", ("red",)),
                  ScoreRequest(f"Input: {test_text}\nAnswer:", ("red",))])
-    assert watch.flags == [False, True] and watch.leaks(0, 1) == 0 and watch.leaks(0, 2) == 1
+    assert watch.served(0, 1).leaks == 0 and watch.served(0, 2).leaks == 1 and watch.served(1, 2).requests == 1
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:

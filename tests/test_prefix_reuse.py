@@ -102,3 +102,16 @@ def test_prefix_reuse_generates_what_the_full_prompt_generates(backend: Transfor
     reused, full = _both_paths(backend, backend.generate, requests)
     assert [r.text for r in reused] == [f.text for f in full]
     assert [r.completion_tokens for r in reused] == [f.completion_tokens for f in full]
+
+
+def test_token_bounds_are_what_scoring_reports_and_cap_what_generation_reports(backend: TransformersBackend,
+                                                                              task: Task) -> None:
+    """A hard token cap refuses requests on these bounds, so they must never undercount."""
+    spec = default_space(task).default_candidate().spec
+    scores = _requests(backend, task, [spec], "score", n=3)
+    assert backend.token_bounds(scores) == [r.prompt_tokens + r.completion_tokens for r in backend.score(scores)]
+    generations = _requests(backend, task, [spec], "generate", n=2)
+    bounds = backend.token_bounds(generations)
+    outs = backend.generate(generations)
+    assert bounds == [o.prompt_tokens + r.max_new_tokens for o, r in zip(outs, generations)]
+    assert all(o.prompt_tokens + o.completion_tokens <= bound for o, bound in zip(outs, bounds))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+
+Request = ScoreRequest | GenerateRequest
 
 
 class Backend(ABC):
@@ -38,6 +40,13 @@ class Backend(ABC):
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         """Greedy decoding; one result per request, same order."""
 
+    def token_bounds(self, requests: Sequence[Request]) -> list[int] | None:
+        """The most tokens each request can report (prompt and continuations, or prompt and
+        `max_new_tokens`), counted before it runs so that a token cap can refuse the request that
+        would pass it; None where only the server knows (a token cap then stops at the first
+        request after it is passed)."""
+        return None
+
 
 def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
     """Plain text as is; chat messages through the model's own chat template, then the answer prefix."""
@@ -45,3 +54,14 @@ def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
         return prompt.text or ""
     messages = [{"role": role, "content": content} for role, content in prompt.messages]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prompt.assistant_prefix
+
+
+def tokenizer_token_bounds(tokenizer: Any, requests: Sequence[Request]) -> list[int]:
+    """`Backend.token_bounds` for backends that tokenize prompts themselves, as their score and
+    generate calls count them (special tokens on the prompt, none on a continuation)."""
+    def count(text: str, special: bool) -> int:
+        return len(tokenizer(text, add_special_tokens=special).input_ids)
+
+    return [count(r.text, True) + (r.max_new_tokens if isinstance(r, GenerateRequest)
+                                   else sum(count(c, False) for c in r.continuations))
+            for r in requests]

@@ -15,12 +15,13 @@ from __future__ import annotations
 import hashlib
 import math
 from statistics import NormalDist
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
-from prompttune.backends.base import Backend
+from prompttune.backends.base import Backend, Request
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 _KEY = 16
+_GENERATED_TOKENS = 8  # what every generation reports, whatever it says
 _NORMAL = NormalDist()
 
 
@@ -87,4 +88,10 @@ class SyntheticOracleBackend(Backend):
         return results
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        return [GenerateResult(self.proposals(r.text), (), len(r.text.split()), 8) for r in requests]
+        return [GenerateResult(self.proposals(r.text), (), len(r.text.split()), _GENERATED_TOKENS) for r in requests]
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
+        """Exactly what `score` and `generate` will report: words of the prompt, plus one per
+        continuation or the fixed generation length."""
+        return [len(r.text.split()) + (_GENERATED_TOKENS if isinstance(r, GenerateRequest) else len(r.continuations))
+                for r in requests]

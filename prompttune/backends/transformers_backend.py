@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from prompttune.backends.base import Backend, apply_chat_template
+from prompttune.backends.base import Backend, Request, apply_chat_template, tokenizer_token_bounds
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
@@ -142,6 +142,9 @@ class TransformersBackend(Backend):
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
+        return tokenizer_token_bounds(self.tokenizer, requests)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)

@@ -11,9 +11,9 @@ single-token labels cost one request per prompt.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from prompttune.backends.base import Backend, apply_chat_template
+from prompttune.backends.base import Backend, Request, apply_chat_template, tokenizer_token_bounds
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
@@ -58,6 +58,9 @@ class VLLMBackend(Backend):
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
+        return tokenizer_token_bounds(self.tokenizer, requests)
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         prompts = [self._encode(r.text) for r in requests]

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from rich.console import Console
@@ -32,7 +32,7 @@ from prompttune.commands.optimize import run_optimization
 from prompttune.commands.report import write_html_report
 from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
 from prompttune.compare.coverage import MODES, Coverage, coverage_check, plan_coverage
-from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
+from prompttune.compare.fairness import Cap, Check, ModelWatch, caps_of, fairness_checks
 from prompttune.compare.plot import plot_anytime
 from prompttune.compare.summary import ArmSummary, PairTest, SeedPair, pairwise, seed_pairs, summarize
 from prompttune.core.config import RunConfig
@@ -45,27 +45,25 @@ from prompttune.evaluation.metered_cache import MeteredCache
 
 def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     """A prompttune optimizer through the ordinary runner, on the shared model and cache view."""
-    views: list[MeteredCache] = []
+    views: list[tuple[MeteredCache, int]] = []  # each ledger's view, and the model's request log when it opened
 
     def view(ledger: BudgetLedger) -> MeteredCache:
-        views.append(MeteredCache(bench.shared, ledger))
-        return views[-1]
+        views.append((MeteredCache(bench.shared, ledger), bench.backend.mark()))
+        return views[-1][0]
 
-    start = len(bench.backend.flags)
     result = run_optimization(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
                               cache_view=view)
-    search = next(v for v in views if v.ledger is result.search_ledger)
-    confirming = next(v for v in views if v.ledger is result.confirm_ledger)
-    # Confirmation comes last, so the requests before its own are the search's.
-    stop = len(bench.backend.flags) - confirming.computed
+    search, start = next((v, mark) for v, mark in views if v.ledger is result.search_ledger)
+    # The search's view opens just before the search, the verdict's once the search has ended.
+    stop = next(mark for v, mark in views if v.ledger is result.confirm_ledger)
     outcome, verdict = result.outcome, result.verdict
     # Some strategies (successive halving) name a leader only when a round finishes.
     anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
     return ArmRun(arm, seed, result.run_dir, result.baseline.spec, result.shipped.spec, outcome.leader_dev_score,
                   result.confirmation, verdict.dev_winner.spec, verdict.leader_confirmation,
                   result.space.fingerprint(), result.search_ledger, result.confirm_ledger.calls, search.foreign_calls,
-                  anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
-                  stop - start, bench.backend.leaks(start, stop))
+                  search.foreign_tokens, anytime, outcome.stopped_by_budget, result.wall_seconds, outcome.notes,
+                  bench.backend.served(start, stop), verdict.test_ids)
 
 
 def run_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
@@ -88,6 +86,7 @@ class Comparison:
     summaries: list[ArmSummary]
     pairs: list[PairTest]
     seed_pairs: list[SeedPair]
+    caps: list[Cap]  # the matched cap first
     checks: list[Check]
     wall_seconds: float
 
@@ -108,11 +107,15 @@ def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                 backend: Backend | None = None, console: Console | None = None,
-                mode: str = "same-space") -> Comparison:
-    """Every arm × seed on one bench; `mode` says what each arm may search of the one space
-    (`prompttune.compare.coverage`)."""
+                mode: str = "same-space", match: Literal["calls", "tokens"] = "calls") -> Comparison:
+    """Every arm × seed on one bench. `mode` says what each arm may search of the one space
+    (`prompttune.compare.coverage`). `match`: the budget every arm gets and the checks compare —
+    search calls (`config.budget`), or search tokens (`config.budget_tokens`; the call budget then
+    stays what the optimizers plan with, and a ceiling)."""
     started = time.time()
     console = console or Console(stderr=True)
+    if match == "tokens" and config.budget_tokens is None:
+        raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     check_arms(arms, options)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
@@ -122,10 +125,15 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     coverage = plan_coverage(arms, space, mode, options)
     run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
-        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options},
-        indent=2))
+        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
+         "match": match}, indent=2))
+    watch = ModelWatch(backend or build_backend(config), task)
+    if match == "tokens" and watch.token_bounds([]) is None:  # None: it cannot count a request's tokens ahead
+        raise UserError(f"--match tokens needs a backend that counts tokens before a call (transformers, vllm); "
+                        f"--backend {config.backend} learns them from the server afterwards, so its token cap "
+                        f"cannot be hard")
+    caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    watch = LeakWatch(backend or build_backend(config), task)
     bench = Bench(config, task, space, watch, shared, options, coverage, run_dir / "arms", console)
     try:
         runs = []
@@ -135,15 +143,14 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 c, raw = runs[-1].confirmation, runs[-1].raw_confirmation
                 console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
                               f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
-                              f"{runs[-1].search.calls}/{config.budget} calls")
+                              f"{caps[0].charged(runs[-1])}/{caps[0].limit} {caps[0].unit}")
         verdict_calls = _rescore_winners(bench, runs)
     finally:
         shared.close()
     summaries = summarize(runs, arms, seeds)
-    checks = [*fairness_checks(task, runs, config.budget, config.budget_tokens, verdict_calls, watch),
-              coverage_check(runs, coverage)]
+    checks = [*fairness_checks(task, runs, caps, verdict_calls, watch), coverage_check(runs, coverage)]
     comparison = Comparison(run_dir, config, mode, arms, seeds, coverage, runs, summaries, pairwise(summaries),
-                            seed_pairs(summaries), checks, time.time() - started)
+                            seed_pairs(summaries), caps, checks, time.time() - started)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)
@@ -175,13 +182,14 @@ def _compare(args: argparse.Namespace) -> int:
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option),
-                         mode=args.mode)
-    failed = [check.claim for check in result.checks if not check.ok]
+                         mode=args.mode, match=args.match)
+    failed = [check.claim for check in result.checks if check.status == "failed"]
     if failed:
         print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
         return 1
     best = max(result.summaries, key=lambda s: s.guarded.accuracy)
-    print(f"{MODES[args.mode]}: {len(arms)} optimizers × {args.seeds} seeds at {args.budget} calls: best mean "
+    cap = result.caps[0]
+    print(f"{MODES[args.mode]}: {len(arms)} optimizers × {args.seeds} seeds at {cap.limit} {cap.unit}: best mean "
           f"guarded test accuracy {best.guarded.accuracy:.3f} ({best.arm}), baseline "
           f"{result.runs[0].confirmation.baseline_accuracy:.3f}; report: {result.run_dir / 'report.md'}")
     return 0
@@ -201,6 +209,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          "tool also adds what it brings itself (demos, its own instructions)")
     compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
     compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
+    compare.add_argument("--match", choices=["calls", "tokens"], default="calls",
+                         help="what every arm is matched on and the checks compare: search calls (--budget), or "
+                              "search tokens (--budget-tokens, required; --budget is then what optimizers plan "
+                              "with and a ceiling: set it above what the token cap buys)")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
     compare.set_defaults(handler=_compare)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from statistics import mean
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from prompttune.compare.arms import DSPY_ARMS, ArmRun
 from prompttune.compare.coverage import MODES
+from prompttune.compare.fairness import Cap, Spend, fingerprint
 from prompttune.compare.summary import KEEP_RULES, ArmSummary, Scores
 
 if TYPE_CHECKING:
@@ -38,19 +41,32 @@ def _scores(scores: Scores) -> list[str]:
     return [f"{scores.accuracy:.3f}", _ci(scores.accuracy_ci), f"{scores.gain:+.3f}", _ci(scores.gain_ci)]
 
 
-def _row(s: ArmSummary, cap: int) -> list[str]:
+MARK = {"ok": "✓", "failed": "✗ FAILED", "warning": "⚠ WARNING"}  # a check's status as the reports show it
+
+
+def spend_cells(spend: dict) -> list[str]:
+    """The spend columns from `asdict(Spend)` (also how summary.json stores it)."""
+    return [f"{spend['calls_mean']:.0f} / {spend['calls_max']}", f"{spend['tokens_mean']:.0f} / {spend['tokens_max']}"]
+
+
+def _row(s: ArmSummary) -> list[str]:
     devs = [r.best_dev for r in s.runs if r.best_dev is not None]
     return [s.arm, *_scores(s.guarded), *_scores(s.raw), _p_list(s),
             f"{s.significant}/{len(s.runs)}", f"{mean(devs):.3f}" if devs else "–",
-            f"{max(r.search.calls for r in s.runs)}/{cap}", f"{mean(r.search.tokens for r in s.runs):.0f}",
-            f"{mean(r.wall_seconds for r in s.runs):.0f}"]
+            *spend_cells(asdict(Spend.of(s.runs))), f"{mean(r.wall_seconds for r in s.runs):.0f}"]
 
 
 HEADER = ["optimizer", "guarded: test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
           "raw pick: test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
-          "McNemar p per seed (uncorrected→BH)", "seeds sig. better", "dev (selected)", "calls (max)/cap",
-          "tokens (mean)", "wall s (mean)"]
-TERMINAL = (0, 1, 2, 5, 6, 10, 12, 14)  # the columns that fit a terminal; report.md has them all
+          "McNemar p per seed (uncorrected→BH)", "seeds sig. better", "dev (selected)", "search calls mean / max",
+          "search tokens mean / max", "wall s (mean)"]
+TERMINAL = (0, 1, 2, 5, 6, 10, 12, 13, 14)  # the columns that fit a terminal; report.md has them all
+
+
+def _caps_text(caps: list[Cap]) -> str:
+    """E.g. '2000 search calls' or '300000 search tokens (and a ceiling of 4000 search calls)'."""
+    ceilings = "".join(f" (and a ceiling of {cap.limit} search {cap.unit})" for cap in caps[1:])
+    return f"{caps[0].limit} search {caps[0].unit}{ceilings}"
 
 
 VERDICTS = {"confirmed": "the raw pick ships", "not confirmed": "the baseline ships",
@@ -65,14 +81,15 @@ def verdict_word(run: ArmRun) -> str:
 
 
 SEED_HEADER = ["optimizer", "seed", "raw pick: test acc", "verdict", "guarded: test acc", "search calls",
-               "of which shared-cache hits", "tokens", "stopped by cap"]
+               "of which shared-cache hits", "tokens", "served by the model (requests / tokens)", "stopped by cap"]
 SEED_TERMINAL = (0, 1, 2, 3, 4, 5)
 
 
 def seed_row(run: ArmRun) -> list[str]:
     return [run.arm, str(run.seed), f"{run.raw_confirmation.best_accuracy:.3f}", verdict_word(run),
             f"{run.confirmation.best_accuracy:.3f}", str(run.search.calls), str(run.foreign_calls),
-            str(run.search.tokens), "yes" if run.stopped_by_budget else "no"]
+            str(run.search.tokens), f"{run.served.requests} / {run.served.tokens}",
+            "yes" if run.stopped_by_budget else "no"]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -131,8 +148,10 @@ def write_report(comparison: "Comparison") -> None:
     c, config = comparison, comparison.config
     task_sizes = f"train {config.train_size} / dev {config.dev_size} / test {config.test_size}"
     first = c.runs[0].confirmation
+    matched = c.caps[0]
     lines = [
-        f"# prompttune compare: {config.task} · {MODES[c.mode]} · cap {config.budget} calls · "
+        f"# prompttune compare: {config.task} · {MODES[c.mode]} · {matched.unit}-matched, cap {matched.limit} "
+        f"{matched.unit} · "
         f"{len(c.seeds)} seed(s)",
         "",
         f"Model `{config.model}`, scoring `{config.scoring}` for every arm's search and held-out verdict; "
@@ -149,7 +168,7 @@ def write_report(comparison: "Comparison") -> None:
         f"the baseline on the same test examples, Benjamini–Hochberg-corrected across arms within each seed. "
         f"'Seeds sig. better' counts seeds with a positive gain and corrected p < 0.05.",
         "",
-        *_table(HEADER, [_row(s, config.budget) for s in c.summaries]),
+        *_table(HEADER, [_row(s) for s in c.summaries]),
         "",
         "## Per seed",
         "",
@@ -178,14 +197,15 @@ def write_report(comparison: "Comparison") -> None:
               "incumbent; DSPy arms: the best program scored on the whole dev split).", "",
               "![anytime curves](anytime.png)", ""]
     lines += ["## Fairness", "",
-              f"Caps: {config.budget} search-time model calls per run"
-              + (f" and {config.budget_tokens} search-time tokens" if config.budget_tokens else "")
+              f"Every arm was matched on {matched.unit}: a hard cap of {_caps_text(c.caps)} per run"
+              + (", the call figure being what the optimizers plan with" if matched.unit == "tokens" else "")
               + "; held-out confirmation is not charged to the search. Every run shared one loaded model and "
               "one result cache, seen through a per-run view that charges a hit on another run's entry like "
               "a call, so sharing made no run cheaper. The test split is absent from every search evaluator "
-              "(built over the task without its test split; a test id is refused), and a watch on the model "
-              "checked every search-time request for test texts.", ""]
-    lines += [f"- {'✓' if check.ok else '✗ FAILED'} {check.claim} ({check.detail})" for check in c.checks]
+              "(built over the task without its test split; a test id is refused). A watch on the model "
+              "counted every request and token it served to each search, independently of the ledgers, and "
+              "checked every such request for test texts. A warning does not fail the comparison.", ""]
+    lines += [f"- {MARK[check.status]} {check.claim} ({check.detail})" for check in c.checks]
     lines += ["", *_dspy_section(c)]
     (c.run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (c.run_dir / "summary.json").write_text(json.dumps(_summary_json(c), indent=2))
@@ -199,12 +219,17 @@ def _scores_json(scores: Scores) -> dict:
 def _summary_json(c: "Comparison") -> dict:
     return {
         "mode": c.mode, "headline": MODES[c.mode],
+        "caps": [asdict(cap) for cap in c.caps],  # the matched cap first
         "arms": [{"arm": s.arm, "coverage": c.coverage[s.arm].to_dict(), "guarded": _scores_json(s.guarded),
                   "raw": _scores_json(s.raw), "interval": s.interval, "p_bh": s.p_bh,
+                  "spend": asdict(Spend.of(s.runs)),
                   "runs": [{"seed": r.seed, "run_dir": str(r.run_dir), "confirmation": r.confirmation.to_dict(),
                             "raw_confirmation": r.raw_confirmation.to_dict(), "verdict": verdict_word(r),
                             "space_hash": r.space_hash, "best_dev": r.best_dev, "search": r.search.summary(),
-                            "shared_cache_hits_charged": r.foreign_calls, "stopped_by_budget": r.stopped_by_budget,
+                            "shared_cache_hits_charged": r.foreign_calls,
+                            "shared_cache_tokens_charged": r.foreign_tokens, "served_by_model": asdict(r.served),
+                            "baseline_sha256": fingerprint(asdict(r.baseline)),
+                            "test_ids_sha256": fingerprint(sorted(r.test_ids)), "stopped_by_budget": r.stopped_by_budget,
                             "wall_seconds": r.wall_seconds, "anytime": r.anytime} for r in s.runs]}
                  for s in c.summaries],
         "seed_pairs": [{"first": t.first, "second": t.second, "keep": t.keep, "seeds": t.seeds,
@@ -212,7 +237,7 @@ def _summary_json(c: "Comparison") -> dict:
                        for t in c.seed_pairs],
         "pairwise": [{"first": t.first, "second": t.second, "seed": t.seed, "b": t.comparison.b,
                       "c": t.comparison.c, "p": t.comparison.p_two_sided, "p_bh": t.p_bh} for t in c.pairs],
-        "fairness": [{"claim": k.claim, "ok": k.ok, "detail": k.detail} for k in c.checks],
+        "fairness": [{"claim": k.claim, "ok": k.ok, "status": k.status, "detail": k.detail} for k in c.checks],
     }
 
 
@@ -222,7 +247,7 @@ def print_summary(comparison: "Comparison", console: Console) -> None:
     for i in TERMINAL:
         table.add_column(HEADER[i], justify="left" if i == 0 else "right")
     for s in c.summaries:
-        row = _row(s, c.config.budget)
+        row = _row(s)
         table.add_row(*(row[i] for i in TERMINAL))
     console.print(table)
     seeds = Table(title="per seed")
@@ -235,6 +260,8 @@ def print_summary(comparison: "Comparison", console: Console) -> None:
     console.print(f"baseline test accuracy {c.runs[0].confirmation.baseline_accuracy:.3f}")
     for arm, cov in c.coverage.items():
         console.print(f"{arm} searched {', '.join(cov.searched)}; held {', '.join(cov.held) or 'nothing'}")
+    colour = {"ok": "green", "failed": "red", "warning": "yellow"}
     for check in c.checks:
-        console.print(f"{'[green]✓' if check.ok else '[red]✗'}[/] {check.claim}")
+        console.print(f"[{colour[check.status]}]{MARK[check.status]}[/] {escape(check.claim)}"
+                      + ("" if check.ok else f" ({escape(check.detail)})"), highlight=False)
     console.print(f"report: {c.run_dir / 'report.md'}")

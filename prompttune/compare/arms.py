@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 
 from prompttune.compare.coverage import Coverage
-from prompttune.compare.fairness import LeakWatch
+from prompttune.compare.fairness import ModelWatch, Served
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.evaluation.cache import ResultCache
@@ -51,12 +51,12 @@ def check_arms(arms: list[str], options: dict[str, dict[str, Any]]) -> None:
 @dataclass
 class Bench:
     """What every arm shares: one config (cap, splits, model, scoring), one task draw, one
-    space, one loaded model behind the leak watch, and one cache; per arm, its coverage of the space."""
+    space, one loaded model behind the watch, and one cache; per arm, its coverage of the space."""
 
     config: RunConfig
     task: Task
     space: SearchSpace
-    backend: LeakWatch
+    backend: ModelWatch
     shared: ResultCache
     options: dict[str, dict[str, Any]]
     coverage: dict[str, Coverage]
@@ -87,11 +87,12 @@ class ArmRun:
     space_hash: str
     search: BudgetLedger
     confirm_calls: int
-    foreign_calls: int
+    foreign_calls: int  # shared-cache hits charged to the search (they reached no model)
+    foreign_tokens: int
     anytime: list[tuple[int, float]]
     stopped_by_budget: bool
     wall_seconds: float
     notes: list[str]
-    search_requests: int
-    test_leaks: int
+    served: Served  # what the model served to the search, counted at the model
+    test_ids: tuple[str, ...]  # the test examples its verdict scored
     test_correct: list[bool] = field(default_factory=list)  # the winner on each test example

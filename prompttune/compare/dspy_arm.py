@@ -214,7 +214,7 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     trainset = [mapping.example(task.splits["train"][i]) for i in order]
     devset = [mapping.example(ex) for ex in task.splits["dev"]]
 
-    start = len(bench.backend.flags)
+    start = bench.backend.mark()
     bench.console.print(f"{arm} seed {seed}: DSPy compiling (its output goes to {run_dir / 'dspy.log'})…")
     program = None
     with dspy.context(lm=lm, adapter=PromptSpecAdapter(mapping, engine)), _dspy_output_to(run_dir / "dspy.log"):
@@ -224,7 +224,7 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
                                              valset=devset, **plan.compile_kwargs)
         except BudgetStop:
             pass
-    stop = len(bench.backend.flags)
+    stop = bench.backend.mark()
     bench.console.print(f"{arm} seed {seed}: {plan.description}")
     chosen, how = _choose(program, tracker, mapping, baseline.spec)
     best = baseline if chosen == baseline.spec else spec_candidate(chosen, arm)
@@ -243,5 +243,5 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
              f"{len(tracker.scores)} programs scored on the whole dev split."]
     return ArmRun(arm, seed, run_dir, baseline.spec, shipped, tracker.scores.get(chosen),
                   verdict.shipped_confirmation, chosen, verdict.leader_confirmation, bench.space.fingerprint(), ledger,
-                  confirm_ledger.calls, search_view.foreign_calls, tracker.anytime, program is None,
-                  time.time() - started, notes, stop - start, bench.backend.leaks(start, stop))
+                  confirm_ledger.calls, search_view.foreign_calls, search_view.foreign_tokens, tracker.anytime,
+                  program is None, time.time() - started, notes, bench.backend.served(start, stop), verdict.test_ids)

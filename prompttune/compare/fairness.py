@@ -1,19 +1,29 @@
-"""Evidence that every arm played by the same rules: caps held, and the test split stayed unseen.
+"""Evidence that every arm played by the same rules, each piece read from a source other than the
+code that enforced the rule, so that a broken rule shows as a failed check:
 
-Isolation is structural — an arm's search evaluator is built over `task.without_test()`, so a
-test example id is refused (PermissionError) and the test texts are not even in its memory.
-`LeakWatch` checks the outcome independently of that code path: it sees every request that
-reaches the model and notes whether the prompt quotes a test example's text.
+- Spend. `ModelWatch` wraps the one shared model and logs every request it serves with the tokens
+  the model reports. In an arm's search window, those must equal what the arm was charged: its
+  ledger less the shared-cache hits its metered view charged (they reached no model). An arm that
+  asks the model behind its ledger, or a ledger that charges calls nobody made, fails the check.
+- Caps. What the model served plus the charged cache hits, against the cap. An arm that left more
+  than a tenth of the matched cap unspent is flagged (a warning: it was not out-searched, it stopped).
+- The same question. Hashes of each arm's baseline prompt spec and of the test example ids its
+  verdict scored: one hash of each for all arms.
+- Isolation. It is structural: an arm's search evaluator is built over `task.without_test()`, so a
+  test example id is refused (PermissionError) and the test texts are not even in its memory. The
+  watch checks the outcome independently: it notes whether a served prompt quotes a test text.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from statistics import mean
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
 
-from prompttune.backends.base import Backend
+from prompttune.backends.base import Backend, Request
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 from prompttune.tasks.base import Task
 
@@ -21,14 +31,25 @@ if TYPE_CHECKING:
     from prompttune.compare.arms import ArmRun
 
 KEY = 12  # characters that index a test text; shorter texts are too common to watch for
+FULL_SPEND = 0.9  # an arm that spent less of the matched cap is flagged
 
 
 def _texts(examples: Iterable) -> set[str]:
     return {value.strip() for ex in examples for value in ex.fields.values()}
 
 
-class LeakWatch(Backend):
-    """Passes requests through to the shared backend and flags those that quote a test text.
+@dataclass(frozen=True)
+class Served:
+    """What the model served in one window of the watch's request log."""
+
+    requests: int
+    tokens: int  # as the model reported them (prompt and completion)
+    leaks: int  # requests whose prompt quoted a test example
+
+
+class ModelWatch(Backend):
+    """Passes requests through to the shared model and logs each one it serves: its tokens, and
+    whether its prompt quotes a test text.
 
     Test texts that also occur verbatim in train or dev cannot tell a leak from a duplicate,
     so they are left out of the watch (`ambiguous` counts them).
@@ -45,7 +66,7 @@ class LeakWatch(Backend):
         self._probes: dict[str, list[str]] = {}
         for text in test - duplicated:
             self._probes.setdefault(text[:KEY], []).append(text)
-        self.flags: list[bool] = []
+        self._log: list[tuple[bool, int]] = []  # per served request: quoted a test text, tokens
 
     def _quotes_test(self, text: str) -> bool:
         for pos in range(len(text) - KEY + 1):
@@ -54,20 +75,75 @@ class LeakWatch(Backend):
                     return True
         return False
 
+    def _note(self, requests: Sequence[Request], results: Sequence[ScoreResult | GenerateResult]) -> None:
+        self._log += [(self._quotes_test(r.text), out.prompt_tokens + out.completion_tokens)
+                      for r, out in zip(requests, results)]
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
     def to_text(self, prompt: Prompt) -> str:
         return self.inner.to_text(prompt)
 
+    def token_bounds(self, requests: Sequence[Request]) -> list[int] | None:
+        return self.inner.token_bounds(requests)
+
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        self.flags += [self._quotes_test(r.text) for r in requests]
-        return self.inner.score(requests)
+        results = self.inner.score(requests)
+        self._note(requests, results)
+        return results
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        self.flags += [self._quotes_test(r.text) for r in requests]
-        return self.inner.generate(requests)
+        results = self.inner.generate(requests)
+        self._note(requests, results)
+        return results
 
-    def leaks(self, start: int, stop: int) -> int:
-        """Requests in [start, stop) of the request log that quoted a test example."""
-        return sum(self.flags[start:stop])
+    def mark(self) -> int:
+        """The current end of the request log; two marks bound a window."""
+        return len(self._log)
+
+    def served(self, start: int, stop: int) -> Served:
+        window = self._log[start:stop]
+        return Served(len(window), sum(tokens for _, tokens in window), sum(quoted for quoted, _ in window))
+
+
+@dataclass(frozen=True)
+class Cap:
+    """A hard cap on each arm's search, in calls or tokens."""
+
+    unit: Literal["calls", "tokens"]
+    limit: int
+
+    def charged(self, run: "ArmRun") -> int:
+        """What the run's ledger charged, in this unit."""
+        return run.search.calls if self.unit == "calls" else run.search.tokens
+
+    def served(self, run: "ArmRun") -> int:
+        """The same from the model's side: what it served to the search, plus charged cache hits."""
+        if self.unit == "calls":
+            return run.served.requests + run.foreign_calls
+        return run.served.tokens + run.foreign_tokens
+
+
+def caps_of(match: Literal["calls", "tokens"], cap_calls: int, cap_tokens: int | None) -> list[Cap]:
+    """The matched cap first; the other, when set, is a ceiling that holds as well."""
+    caps = [Cap("calls", cap_calls)] + ([Cap("tokens", cap_tokens)] if cap_tokens is not None else [])
+    return sorted(caps, key=lambda cap: cap.unit != match)
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One arm's charged search spend over its seeds."""
+
+    calls_mean: float
+    calls_max: int
+    tokens_mean: float
+    tokens_max: int
+
+    @classmethod
+    def of(cls, runs: Sequence["ArmRun"]) -> "Spend":
+        calls, tokens = [r.search.calls for r in runs], [r.search.tokens for r in runs]
+        return cls(mean(calls), max(calls), mean(tokens), max(tokens))
 
 
 @dataclass
@@ -75,6 +151,20 @@ class Check:
     claim: str
     ok: bool
     detail: str
+    level: Literal["error", "warning"] = "error"  # a failed warning is shown but fails nothing
+
+    @property
+    def status(self) -> Literal["ok", "failed", "warning"]:
+        return "ok" if self.ok else "failed" if self.level == "error" else "warning"
+
+
+def fingerprint(value: object) -> str:
+    """First 12 hex digits of the SHA-256 of `value` as canonical JSON."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:12]
+
+
+def _name(run: "ArmRun") -> str:
+    return f"{run.arm} s{run.seed}"
 
 
 def _logged_demo_ids(run_dir: Path) -> set[str]:
@@ -88,33 +178,71 @@ def _logged_demo_ids(run_dir: Path) -> set[str]:
     return ids
 
 
-def fairness_checks(task: Task, runs: list["ArmRun"], cap_calls: int, cap_tokens: int | None,
-                    verdict_calls: int, watch: LeakWatch) -> list[Check]:
+def _served_check(runs: list["ArmRun"]) -> Check:
+    off = []
+    for r in runs:
+        charged = (r.search.calls - r.foreign_calls, r.search.tokens - r.foreign_tokens)
+        if (r.served.requests, r.served.tokens) != charged:
+            off.append(f"{_name(r)}: the model served {r.served.requests} requests / {r.served.tokens} tokens, "
+                       f"the ledger charged {charged[0]} / {charged[1]} besides shared-cache hits")
+    return Check("every request and token the model served to an arm's search was charged to that arm, and "
+                 "nothing else was (counted at the model, against the ledger less its shared-cache hits)", not off,
+                 "; ".join(off) or f"{sum(r.served.requests for r in runs)} requests and "
+                 f"{sum(r.served.tokens for r in runs)} tokens served to {len(runs)} searches, all charged")
+
+
+def _cap_check(cap: Cap, runs: list["ArmRun"]) -> Check:
+    over = [f"{_name(r)}: {cap.served(r)}" for r in runs if cap.served(r) > cap.limit]
+    return Check(f"no arm's search spent more than {cap.limit} {cap.unit} (served by the model plus shared-cache "
+                 f"hits)", not over, ", ".join(over) or f"max {max(cap.served(r) for r in runs)} {cap.unit}")
+
+
+def _full_spend_check(cap: Cap, runs: list["ArmRun"]) -> Check:
+    def share(r: "ArmRun") -> str:
+        return f"{_name(r)}: {cap.charged(r)}/{cap.limit} {cap.unit} ({cap.charged(r) / cap.limit:.0%})"
+
+    low = [share(r) for r in runs if cap.charged(r) < FULL_SPEND * cap.limit]
+    return Check(f"every arm spent at least {FULL_SPEND:.0%} of its {cap.limit}-{cap.unit} cap", not low,
+                 ", ".join(low) or f"least: {share(min(runs, key=cap.charged))}", level="warning")
+
+
+def _same_for_all(claim: str, runs: list["ArmRun"], value: Callable[["ArmRun"], object]) -> Check:
+    by_hash: dict[str, list[str]] = {}
+    for r in runs:
+        by_hash.setdefault(fingerprint(value(r)), []).append(_name(r))
+    if len(by_hash) == 1:
+        return Check(claim, True, f"sha256 {next(iter(by_hash))} for all {len(runs)} runs")
+    return Check(claim, False, "; ".join(f"sha256 {h}: {', '.join(names)}" for h, names in by_hash.items()))
+
+
+def fairness_checks(task: Task, runs: list["ArmRun"], caps: list[Cap], verdict_calls: int,
+                    watch: ModelWatch) -> list[Check]:
+    """`caps`: the matched cap first (`caps_of`)."""
     ids = {name: {ex.id for ex in task.splits[name]} for name in ("train", "dev", "test")}
-    over = [f"{r.arm} s{r.seed}: {r.search.calls}" for r in runs if r.search.calls > cap_calls]
     checks = [
         Check("splits are disjoint", not (ids["test"] & (ids["train"] | ids["dev"])) and not ids["train"] & ids["dev"],
               f"train {len(ids['train'])} / dev {len(ids['dev'])} / test {len(ids['test'])} example ids"),
-        Check(f"no arm spent more than {cap_calls} search calls", not over,
-              ", ".join(over) or f"max {max(r.search.calls for r in runs)} calls"),
+        _served_check(runs),
+        *(_cap_check(cap, runs) for cap in caps),
+        _full_spend_check(caps[0], runs),
     ]
-    if cap_tokens is not None:
-        over_tokens = [f"{r.arm} s{r.seed}: {r.search.tokens}" for r in runs if r.search.tokens > cap_tokens]
-        checks.append(Check(f"no arm spent more than {cap_tokens} search tokens", not over_tokens,
-                            ", ".join(over_tokens) or f"max {max(r.search.tokens for r in runs)} tokens"))
-    leaks = [f"{r.arm} s{r.seed}: {r.test_leaks}" for r in runs if r.test_leaks]
+    leaks = [f"{_name(r)}: {r.served.leaks}" for r in runs if r.served.leaks]
     checks.append(Check("no search-time model request quoted a test example", not leaks,
-                        ", ".join(leaks) or f"{sum(r.search_requests for r in runs)} search requests watched "
+                        ", ".join(leaks) or f"{sum(r.served.requests for r in runs)} search requests watched "
                         f"for {watch.watched} test texts ({watch.ambiguous} test texts also occur in train/dev "
                         f"and are not watched)"))
-    stray = [f"{r.arm} s{r.seed}" for r in runs if not _logged_demo_ids(r.run_dir) <= ids["train"]]
+    demos = {_name(r): _logged_demo_ids(r.run_dir) for r in runs}
+    stray = [name for name, used in demos.items() if not used <= ids["train"]]
+    with_demos = sum(bool(used) for used in demos.values())
     checks.append(Check("every demo in the trial logs and chosen prompts is a train example", not stray,
-                        ", ".join(stray) or "trials.jsonl and best_prompt.json of every run"))
-    baselines = {r.confirmation.baseline_accuracy for r in runs}
-    checks.append(Check("every run confirmed against the same baseline on the same test split",
-                        len(baselines) == 1 and len({r.confirmation.n for r in runs}) == 1,
-                        f"baseline test accuracy {', '.join(f'{b:.4f}' for b in sorted(baselines))}"))
-    mismatched = [f"{r.arm} s{r.seed}" for r in runs
+                        ", ".join(stray) or f"{len(set().union(*demos.values()))} distinct demo ids in the "
+                        f"trials.jsonl and best_prompt.json of {with_demos} of {len(runs)} runs (the others used "
+                        f"no demos)"))
+    checks.append(_same_for_all("every run was confirmed against the same baseline prompt (hash of its spec)",
+                                runs, lambda r: asdict(r.baseline)))
+    checks.append(_same_for_all("every run's verdict scored the same test examples (hash of their ids)",
+                                runs, lambda r: sorted(r.test_ids)))
+    mismatched = [_name(r) for r in runs
                   if abs(sum(r.test_correct) / len(r.test_correct) - r.confirmation.best_accuracy) > 1e-12]
     checks.append(Check("re-scoring the winners for the pairwise tests reproduced every verdict from cache",
                         not mismatched and verdict_calls == 0,

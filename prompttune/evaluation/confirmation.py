@@ -75,6 +75,11 @@ class Verdict:
         return next((t for t in self.tested if t.confirmed), None)
 
     @property
+    def test_ids(self) -> tuple[str, ...]:
+        """The test examples this verdict scored (the baseline is scored on every one of them)."""
+        return tuple(r.example_id for r in self.records[self.baseline.id])
+
+    @property
     def shipped(self) -> Candidate:
         return self.confirmed.candidate if self.confirmed else self.baseline
 

@@ -104,13 +104,14 @@ class Evaluator:
         found = self.cache.get_many(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]
         if missing:
-            self.ledger.reserve(len(missing), kind or mode)
+            asked = [requests[i] for i in missing]
+            self.ledger.reserve_requests(self.backend, asked, kind or mode)
             if mode == "generate":
-                outs = self.backend.generate([requests[i] for i in missing])
+                outs = self.backend.generate(asked)
                 values = [{"text": o.text, "prompt_tokens": o.prompt_tokens,
                            "completion_tokens": o.completion_tokens} for o in outs]
             else:
-                scores = self.backend.score([requests[i] for i in missing])
+                scores = self.backend.score(asked)
                 values = [{"logprobs": list(o.logprobs), "prompt_tokens": o.prompt_tokens,
                            "completion_tokens": o.completion_tokens} for o in scores]
             self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values),
@@ -147,7 +148,8 @@ class Evaluator:
 
     def propose(self, text: str, max_new_tokens: int = 128) -> str:
         """A proposer/critic call (instruction writing): charged like any other model call."""
-        self.ledger.reserve(1, "propose")
-        out = self.backend.generate([GenerateRequest(text, max_new_tokens)])[0]
+        request = GenerateRequest(text, max_new_tokens)
+        self.ledger.reserve_requests(self.backend, [request], "propose")
+        out = self.backend.generate([request])[0]
         self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
         return out.text

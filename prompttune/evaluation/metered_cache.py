@@ -7,6 +7,11 @@ twice, but a hit on an entry this run has not itself produced must not make its 
 would have charged a miss: one call per requested item and the entry's recorded tokens. The
 evaluator's own miss-charging plus this charging equal what the run would have paid with a
 private, empty cache — so a replay is charged once, and the cap is never exceeded.
+
+One difference remains under a token cap: the misses' tokens are counted by the evaluator after
+this view has charged the hits, so a request whose hits fit the token cap but whose misses do not
+is refused with its hits already charged (a run alone would have been refused before any); the
+spend still stays within the cap, and the search stops there.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class MeteredCache:
         self.ledger = ledger
         self.known: set[str] = set()
         self.foreign_calls = 0
-        self.computed = 0
+        self.foreign_tokens = 0
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
         found = self.shared.get_many(keys)
@@ -42,17 +47,18 @@ class MeteredCache:
                                       f"included), {remaining} left of the cap {self.ledger.cap_calls}")
             values = [found[k] for k in foreign]
             kind = "score" if "logprobs" in values[0] else "generate"
-            self.ledger.reserve(len(foreign), f"{kind} (shared cache)")
-            self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values),
-                                   sum(v["completion_tokens"] for v in values))
+            prompt_tokens = sum(v["prompt_tokens"] for v in values)
+            completion_tokens = sum(v["completion_tokens"] for v in values)
+            self.ledger.reserve(len(foreign), f"{kind} (shared cache)", prompt_tokens + completion_tokens)
+            self.ledger.add_tokens(prompt_tokens, completion_tokens)
             self.known.update(foreign)
             self.foreign_calls += len(foreign)
+            self.foreign_tokens += prompt_tokens + completion_tokens
         return found
 
     def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
         items = list(items)
         self.known.update(k for k, _ in items)
-        self.computed += len(items)
         self.shared.put_many(items)
 
     def __len__(self) -> int:

@@ -18,8 +18,9 @@ class Proposer:
 
     def __call__(self, request: str, max_new_tokens: int | None = None) -> str:
         text = self.backend.to_text(Prompt(messages=(("user", request),)))
-        self.ledger.reserve(1, "propose")
-        out = self.backend.generate([GenerateRequest(text, max_new_tokens or self.max_new_tokens)])[0]
+        request = GenerateRequest(text, max_new_tokens or self.max_new_tokens)
+        self.ledger.reserve_requests(self.backend, [request], "propose")
+        out = self.backend.generate([request])[0]
         self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
         return out.text
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prompttune.commands.compare_report import HEADER, MODE_TEXT, SEED_HEADER, _ci
+from prompttune.commands.compare_report import HEADER, MARK, MODE_TEXT, SEED_HEADER, _ci, spend_cells
 from prompttune.commands.html.page import Html, document, esc, para, png_img, read_json, section, table
 
 
@@ -16,7 +16,7 @@ def _scores(scores: dict) -> list[str]:
 def _arm_rows(summary: dict) -> list[list[object]]:
     return [[a["arm"], *_scores(a["guarded"]), *_scores(a["raw"]),
              f"{sum(p < 0.05 and r['confirmation']['gain'] > 0 for p, r in zip(a['p_bh'], a['runs']))}"
-             f"/{len(a['runs'])}", a["interval"]] for a in summary["arms"]]
+             f"/{len(a['runs'])}", *spend_cells(a["spend"]), a["interval"]] for a in summary["arms"]]
 
 
 def _coverage_rows(summary: dict) -> list[list[object]]:
@@ -34,6 +34,7 @@ def _seed_rows(summary: dict, run_dir: Path) -> list[list[object]]:
             rows.append([arm["arm"], run["seed"], f"{raw['best_accuracy']:.3f}", run["verdict"],
                          f"{c['best_accuracy']:.3f}", run["search"]["calls"], run["shared_cache_hits_charged"],
                          run["search"]["prompt_tokens"] + run["search"]["completion_tokens"],
+                         f"{run['served_by_model']['requests']} / {run['served_by_model']['tokens']}",
                          "yes" if run["stopped_by_budget"] else "no",
                          f"{c['gain']:+.3f} {_ci(c['gain_ci'])}", f"{c['comparison']['b']} / {c['comparison']['c']}",
                          f"{c['comparison']['p_two_sided']:.3g}", f"{p_bh:.3g}",
@@ -53,8 +54,10 @@ def compare_page(run_dir: Path) -> str:
     run = config["run"]
     first = summary["arms"][0]["runs"][0]["confirmation"]
     space = summary["arms"][0]["coverage"]
-    checks = "".join(f'<li class="{"ok" if k["ok"] else "bad"}">{"✓" if k["ok"] else "✗ FAILED"} {esc(k["claim"])} '
+    css = {"ok": "ok", "failed": "bad", "warning": "warn"}
+    checks = "".join(f'<li class="{css[k["status"]]}">{MARK[k["status"]]} {esc(k["claim"])} '
                      f'<span class="note">({esc(k["detail"])})</span></li>' for k in summary["fairness"])
+    matched = summary["caps"][0]
     parts = [
         section("What each arm searched",
                 para(f"{summary['headline'].capitalize()} (--mode {summary['mode']}): {MODE_TEXT[summary['mode']]} "
@@ -67,11 +70,12 @@ def compare_page(run_dir: Path) -> str:
                      "it ships after the verdict protocol (the raw pick if confirmed on test, else the baseline), "
                      "both from the calls its verdict made. p-values: exact McNemar of what each seed ships against "
                      "the baseline, Benjamini–Hochberg-corrected across arms within each seed."),
-                table([*HEADER[:9], HEADER[10], "interval"], _arm_rows(summary), (1, 3, 5, 7, 9))),
+                table([*HEADER[:9], HEADER[10], HEADER[12], HEADER[13], "interval"], _arm_rows(summary),
+                      (1, 3, 5, 7, 9, 10, 11))),
         section("Per seed",
                 table([*SEED_HEADER, "guarded gain [paired bootstrap CI]", "b / c", "McNemar p", "p (BH)",
                        "dev (selected)", "wall s", "run"], _seed_rows(summary, run_dir),
-                      (1, 2, 4, 5, 6, 7, 11, 12, 13, 14))),
+                      (1, 2, 4, 5, 6, 7, 8, 12, 13, 14, 15))),
         section("Arms head to head across seeds",
                 para("Mean over seeds of the difference in test accuracy (first − second), its Student-t 95% "
                      "interval, and a two-sided paired t-test over seeds, BH-corrected over the pairs of one keep "
@@ -81,11 +85,14 @@ def compare_page(run_dir: Path) -> str:
         section("Anytime curves", png_img((run_dir / "anytime.png").read_bytes(), "anytime curves per optimizer"),
                 para("Best-so-far dev score against search calls: thick line the mean over seeds, band the range "
                      "over seeds, dots where each run last updated; dotted: the cap.", "note")),
-        section("Fairness checks", Html(f"<ul>{checks}</ul>")),
+        section("Fairness checks", Html(f"<ul>{checks}</ul>"),
+                para("Spend and caps are read at the model, independently of the ledgers; a warning fails nothing.",
+                     "note")),
         para("Generated from summary.json and config.json; the McNemar tests between the leading arms and the DSPy "
              "notes are in report.md.", "note"),
     ]
-    subtitle = (f"{summary['headline'].capitalize()}. Model {run['model']}, scoring {run['scoring']}; cap "
-                f"{run['budget']} search calls per run; splits train {run['train_size']} / dev {run['dev_size']} / "
-                f"test {run['test_size']} shared by all arms; seeds {', '.join(map(str, config['seeds']))}.")
+    subtitle = (f"{summary['headline'].capitalize()}. Model {run['model']}, scoring {run['scoring']}; "
+                f"{matched['unit']}-matched: cap {matched['limit']} search {matched['unit']} per run; "
+                f"splits train {run['train_size']} / dev {run['dev_size']} / test {run['test_size']} shared by all "
+                f"arms; seeds {', '.join(map(str, config['seeds']))}.")
     return document(f"prompttune compare: {Path(run['task']).stem} · {', '.join(config['optimizers'])}", subtitle, parts)

@@ -29,7 +29,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 img{max-width:100%;height:auto;display:block;margin:8px 0}
 pre{background:#f7f7f9;border:1px solid #e3e3e8;padding:10px;white-space:pre-wrap;font-size:13px}
 pre .add{background:#dff5e1;display:block}pre .del{background:#fbe2e2;display:block}
-.ok{color:#1a7f37}.bad{color:#c62828}
+.ok{color:#1a7f37}.bad{color:#c62828}.warn{color:#a15c00}
 """
 
 # Registered first (capturing, so failed <img> loads count too); the summary is written on load.
