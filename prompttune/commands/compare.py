@@ -22,6 +22,7 @@ from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
     add_run_arguments,
     build_backend,
+    check_paths,
     load_run_task,
     load_space,
     new_run_dir,
@@ -120,12 +121,13 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     require_dev_budget(config, task)
     space = load_space(config, task).bind(task.splits["train"])
     coverage = plan_coverage(arms, space, mode, options)
+    check_paths(config.runs_dir, config.cache)
+    watch = LeakWatch(backend or build_backend(config), task)
     run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options},
         indent=2))
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    watch = LeakWatch(backend or build_backend(config), task)
     bench = Bench(config, task, space, watch, shared, options, coverage, run_dir / "arms", console)
     try:
         runs = []
