@@ -56,7 +56,16 @@ def parse_option(text: str) -> tuple[str, object]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--option expects KEY=VALUE, got {text!r}")
-    return key.strip(), yaml.safe_load(value)
+    return key.strip(), option_value(text, value)
+
+
+def option_value(option: str, value: str) -> object:
+    """An --option value read as YAML (`3`, `true`, `[a, b]`)."""
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise UserError(f"--option {option}: the value {value!r} is not valid YAML ({problem})") from None
 
 
 def proposer_config(config: RunConfig) -> RunConfig:

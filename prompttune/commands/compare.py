@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from prompttune.backends.base import Backend
@@ -26,6 +25,7 @@ from prompttune.commands.common import (
     load_run_task,
     load_space,
     new_run_dir,
+    option_value,
     require_dev_budget,
 )
 from prompttune.commands.compare_report import print_summary, write_report
@@ -161,7 +161,7 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
         arm, dot, name = key.strip().partition(".")
         if not sep or not dot or not arm or not name:
             raise UserError(f"--option expects OPTIMIZER.KEY=VALUE (e.g. sh.eta=3), got {text!r}")
-        options.setdefault(arm, {})[name.strip()] = yaml.safe_load(value)
+        options.setdefault(arm, {})[name.strip()] = option_value(text, value)
     return options
 
 

@@ -58,8 +58,6 @@ class Resumption:
 
 def _set_aside_interrupted_trials(run_dir: Path) -> int:
     """Keep the interrupted run's log as trials.interrupted.jsonl; the replay writes trials.jsonl anew."""
-    if (run_dir / "verdict.json").is_file():
-        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
     log = run_dir / "trials.jsonl"
     if not log.is_file():
         return 0
@@ -73,6 +71,8 @@ def resume_optimization(run_dir: Path, backend: Backend | None = None, console: 
     interrupted run filled (each replayed call charged once, so the cap holds), then goes on live."""
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)
+    if (run_dir / "verdict.json").is_file():  # found before the model loads
+        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
     RUN_DIR.set(run_dir)
     return run_optimization(config, backend, console, resume_dir=run_dir)
 
