@@ -39,10 +39,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", help="shared SQLite cache file (default: one per run)")
 
 
+def seed_value(text: str) -> int:
+    """A seed as numpy takes it: a whole number, 0 or more."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
 def add_seed_arguments(parser: argparse.ArgumentParser) -> None:
     """One meaning in every command: --seed drives the search, --split-seed the data."""
-    parser.add_argument("--seed", type=int, default=0, help="search seed: sampling, proposals (default 0)")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="search seed: sampling, proposals (default 0)")
+    parser.add_argument("--split-seed", type=seed_value, default=0,
+                        help="seed of the train/dev/test draw (default 0)")
 
 
 def add_split_arguments(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -24,7 +25,7 @@ class TaskFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     data: str = Field(description="data file, relative to the YAML file")
-    format: str | None = Field(None, description="csv, tsv or jsonl; inferred from the suffix")
+    format: Literal["csv", "tsv", "jsonl"] | None = Field(None, description="inferred from the suffix when absent")
     text_columns: list[str] | dict[str, str] = Field(
         description="input columns; a mapping renames them (field name -> column)")
     label_column: str
