@@ -63,17 +63,22 @@ def _save_traceback(run_dir: Path | None) -> Path:
     return Path(log.name)
 
 
+def _say(message: str) -> None:
+    """One line on stderr, whatever the message holds."""
+    print("error: " + " ".join(message.splitlines()), file=sys.stderr)
+
+
 def _run(argv: Sequence[str] | None) -> int:
     """Run a command; whatever goes wrong ends in one line on stderr."""
     context = contextvars.copy_context()  # collects the run directory the command makes
     try:
         return context.run(_dispatch, argv)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _say(str(exc))
     except ValidationError as exc:  # a command-line value its config refused
         err = exc.errors()[0]
         flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "an option"
-        print(f"error: {flag} {err['input']}: {err['msg']}", file=sys.stderr)
+        _say(f"{flag} {err['input']}: {err['msg']}")
     except KeyboardInterrupt:
         print("interrupted: trials so far are in the run directory; finish it with "
               "`optimize --resume RUN_DIR`", file=sys.stderr)
@@ -81,8 +86,7 @@ def _run(argv: Sequence[str] | None) -> int:
     except Exception as exc:
         log = _save_traceback(context.get(RUN_DIR))
         what = str(exc).splitlines()[0] if str(exc) else ""
-        print(f"error: unexpected {type(exc).__name__}{': ' + what if what else ''}; the traceback is in {log}",
-              file=sys.stderr)
+        _say(f"unexpected {type(exc).__name__}{': ' + what if what else ''}; the traceback is in {log}")
         return EXIT_FAILURE
     return EXIT_USAGE
 
