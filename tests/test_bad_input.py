@@ -204,6 +204,7 @@ CASES = [
     # -- compare -----------------------------------------------------------------------------------
     Case("compare unknown arm", compare("--optimizers", "random,nosuch"), "unknown optimizer 'nosuch'"),
     Case("compare seeds 0", compare("--seeds", "0"), "--seeds must be at least 1"),
+    Case("compare unknown mode", compare("--mode", "same"), "argument --mode: invalid choice: 'same'"),
     Case("compare duplicate arms", compare("--optimizers", "sh,sh"), "listed twice"),
     Case("compare an arm not offered", compare("--optimizers", "random,dspy-copro"), "dspy-copro is not offered"),
     Case("compare no arms", compare("--optimizers", ","), "names no optimizer"),
