@@ -1,45 +1,93 @@
 """Command line: `optimize ...`, `evaluate ...`, `compare ...` and `prompttune <command> ...`.
 
 Only wiring: each command lives in `prompttune.commands` and registers its own parser. Bad input
-ends in one line on stderr and exit code 2, never a traceback.
+ends in one line on stderr and exit code 2, never a traceback; an unexpected failure ends in one
+line naming the file that holds its traceback (`error.log` in the run directory), exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextvars
 import signal
 import sys
-from typing import Callable, Sequence
+import tempfile
+import traceback
+from pathlib import Path
+from typing import NoReturn, Sequence
 
 from pydantic import ValidationError
 
 from prompttune.commands import compare, evaluate, export, optimize, report, space
+from prompttune.commands.common import RUN_DIR
 from prompttune.core.errors import UserError
 
 EXIT_USAGE = 2
+EXIT_FAILURE = 1
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse answers a bad argument with its whole usage (17 lines for `optimize`); one line
+    naming the problem, like every other bad input, is easier to act on."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"{message} (`{self.prog} --help` lists the options)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="prompttune", description="Automatic prompt optimization "
-                                     "with honest, held-out verdicts.")
+    parser = OneLineParser(prog="prompttune", description="Automatic prompt optimization "
+                           "with honest, held-out verdicts.")
     commands = parser.add_subparsers(dest="command", required=True)
     for command in (optimize, evaluate, space, compare, export, report):
         command.add_parser(commands)
     return parser
 
 
-def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+def _dispatch(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.handler(args)
+
+
+def _save_traceback(run_dir: Path | None) -> Path:
+    """The traceback of an unexpected failure: in the run directory when there is one, else in a temp file."""
+    text = traceback.format_exc()
+    if run_dir is not None:
+        try:
+            with open(run_dir / "error.log", "a", encoding="utf-8") as log:
+                log.write(text)
+            return run_dir / "error.log"
+        except OSError:
+            pass
+    with tempfile.NamedTemporaryFile("w", prefix="prompttune-error-", suffix=".log", delete=False) as log:
+        log.write(text)
+    return Path(log.name)
+
+
+def _say(message: str) -> None:
+    """One line on stderr, whatever the message holds."""
+    print("error: " + " ".join(message.splitlines()), file=sys.stderr)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Run a command; whatever goes wrong ends in one line on stderr."""
+    context = contextvars.copy_context()  # collects the run directory the command makes
     try:
-        return handler(args)
+        return context.run(_dispatch, argv)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-    except ValidationError as exc:
+        _say(str(exc))
+    except ValidationError as exc:  # a command-line value its config refused
         err = exc.errors()[0]
-        print(f"error: invalid option {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
+        flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "an option"
+        _say(f"{flag} {err['input']}: {err['msg']}")
     except KeyboardInterrupt:
         print("interrupted: trials so far are in the run directory; finish it with "
               "`optimize --resume RUN_DIR`", file=sys.stderr)
         return 130
+    except Exception as exc:
+        log = _save_traceback(context.get(RUN_DIR))
+        what = str(exc).splitlines()[0] if str(exc) else ""
+        _say(f"unexpected {type(exc).__name__}{': ' + what if what else ''}; the traceback is in {log}")
+        return EXIT_FAILURE
     return EXIT_USAGE
 
 
@@ -49,8 +97,7 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    args = build_parser().parse_args(argv)
-    return _run(args.handler, args)
+    return _run(argv)
 
 
 def optimize_main(argv: Sequence[str] | None = None) -> int:

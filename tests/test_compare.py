@@ -3,25 +3,23 @@ the report and its fairness checks."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
-from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.commands.compare import parse_options, run_compare
 from prompttune.commands.optimize import run_optimization
 from prompttune.compare.fairness import ModelWatch
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import ScoreRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.search_spaces import default_space
-from tests.support import colours_task_file, oracle_config, oracle_for, task_of
+from tests.support import oracle_config, oracle_for, task_of
 
 
 def _evaluator(config: RunConfig, backend, cache, ledger: BudgetLedger) -> Evaluator:
@@ -100,29 +98,6 @@ def test_the_watch_flags_a_prompt_that_quotes_a_test_example(tmp_path: Path) -> 
     watch.score([ScoreRequest(f"Input: {train_text}\nAnswer:", ("red",)),
                  ScoreRequest(f"Input: {test_text}\nAnswer:", ("red",))])
     assert watch.served(0, 1).leaks == 0 and watch.served(0, 2).leaks == 1 and watch.served(1, 2).requests == 1
-
-
-def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_compare_commands(parser.add_subparsers(dest="command"))
-    return parser.parse_args(["compare", *argv])
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--optimizers", "random,nope"], "unknown optimizer 'nope'"),
-    (["--optimizers", "random,random"], "listed twice"),
-    (["--optimizers", "random,dspy-copro"], "dspy-copro is not offered: COPRO draws"),
-    (["--optimizers", "random", "--option", "sh.eta=3"], "not compared: sh"),
-    (["--optimizers", "random", "--option", "eta=3"], "OPTIMIZER.KEY=VALUE"),
-    (["--seeds", "0"], "--seeds must be at least 1"),
-    (["--optimizers", "random", "--backend", "openai", "--base-url", "http://127.0.0.1:9/v1", "--retries", "0",
-      "--timeout", "2", "--train-size", "20", "--dev-size", "20", "--test-size", "20"],
-     "cannot reach an OpenAI-compatible server"),  # backend options reach compare
-])
-def test_bad_compare_input_is_one_user_error(tmp_path: Path, argv: list[str], message: str) -> None:
-    args = _parse(["--task", str(colours_task_file(tmp_path)), "--runs-dir", str(tmp_path), *argv])
-    with pytest.raises(UserError, match=message):
-        args.handler(args)
 
 
 def test_options_are_grouped_by_optimizer() -> None:

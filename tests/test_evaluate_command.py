@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.cli import main
 from prompttune.commands.evaluate import EvaluateConfig, run_evaluation
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest, ScoreResult
@@ -113,27 +112,6 @@ def test_sampling_from_the_built_in_space_and_the_budget_cap(tmp_path: Path) -> 
     with pytest.raises(UserError, match="budget exhausted after 120 calls"):
         capped = _config(tmp_path, budget=150)
         run_evaluation(capped, backend=_oracle(capped))
-
-
-@pytest.mark.parametrize("argv,message", [
-    ([], "give either --prompts FILE or --sample N"),
-    (["--sample", "2", "--prompts", "PROMPTS"], "give either --prompts FILE or --sample N"),
-    (["--prompts", "PROMPTS", "--scoring", "vote"], "unknown scoring 'vote'; choose from logit, generate"),
-    (["--prompts", "PROMPTS", "--scoring", "ensemble"], "use --ensemble K"),
-    (["--prompts", "PROMPTS", "--ensemble", "5"], "--ensemble 5 is larger than the 4 prompts"),
-    (["--prompts", "PROMPTS", "--ensemble", "1"], "invalid option ensemble"),
-    (["--prompts", "PROMPTS", "--split", "train"], "invalid option split"),
-    (["--prompts", "PROMPTS", "--space", "x.yaml"], "--space goes with --sample N"),
-    (["--sample", "100000"], "--sample 100000 is larger than the space"),
-    (["--prompts", "missing.yaml"], "prompts file missing.yaml not found"),
-])
-def test_bad_evaluate_input_is_one_line_with_exit_code_2(capsys, tmp_path: Path, argv, message) -> None:
-    task = _task_file(tmp_path)
-    code = main(["evaluate", "--task", str(task), "--runs-dir", str(tmp_path / "runs"), "--test-size", "30",
-                 "--train-size", "10", "--dev-size", "10",
-                 *(str(tmp_path / "prompts.yaml") if a == "PROMPTS" else a for a in argv)])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and err.startswith("error: ") and message in err and "\n" not in err
 
 
 def test_sampling_from_a_space_file(data_dir: Path, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 from dataclasses import asdict
@@ -10,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.commands.export import add_parser as add_export_command
 from prompttune.commands.export import export
-from prompttune.core.errors import UserError
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
 from tests.support import oracle_config, task_of
@@ -60,11 +57,3 @@ def test_dspy_export_loads_as_a_dspy_program(tmp_path: Path) -> None:
     assert program.signature.instructions == spec.instruction.replace("{labels}", "red, green, blue")
     assert [d["text"] for d in program.demos] == [d.fields["text"] for d in demos]
     assert [d["label"] for d in program.demos] == [spec.label_words[d.label] for d in demos]
-
-
-def test_export_command_reports_a_missing_run_in_one_line(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    add_export_command(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["export", str(tmp_path), "--to", "json"])
-    with pytest.raises(UserError, match="not a run directory: best_prompt.json missing"):
-        args.handler(args)

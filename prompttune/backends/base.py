@@ -17,6 +17,11 @@ class Backend(ABC):
     options: ClassVar[tuple[str, ...]] = ()  # the BackendConfig fields it reads besides `model`
 
     @classmethod
+    def check(cls, config: Any) -> None:
+        """Cheap checks of a BackendConfig (a missing model, an unknown device) that must fail before
+        any weights load or a run directory exists; a UserError says what is wrong."""
+
+    @classmethod
     def from_config(cls, config: Any) -> "Backend":
         """Build from a BackendConfig (backends chosen by name implement it)."""
         raise NotImplementedError(f"{cls.__name__} is not built from a configuration")

@@ -62,11 +62,18 @@ def backend_class(name: str) -> type[Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-def build_backend(config: BackendConfig) -> Backend:
-    """The backend named by `config.backend`; an option that backend does not read is an error."""
+def check_backend(config: BackendConfig) -> type[Backend]:
+    """The backend named by `config.backend`, once every option it was given is one it reads and its
+    own cheap checks pass: bad input fails here, before any weights load."""
     cls = backend_class(config.backend)
     for name in sorted(BackendConfig.model_fields.keys() - {"backend", "model", *cls.options}):
         if getattr(config, name) != getattr(DEFAULTS, name):
             raise UserError(f"--{name.replace('_', '-')} does not apply to --backend {config.backend} "
                             f"(it reads --model{''.join(' --' + o.replace('_', '-') for o in cls.options)})")
-    return cls.from_config(config)
+    cls.check(config)
+    return cls
+
+
+def build_backend(config: BackendConfig) -> Backend:
+    """The backend named by `config.backend`, checked first (`check_backend`)."""
+    return check_backend(config).from_config(config)

@@ -96,9 +96,12 @@ class OpenAIBackend(Backend):
     options = ("base_url", "api_key_env", "tokenizer", "concurrency", "timeout", "retries")
 
     @classmethod
-    def from_config(cls, config: Any) -> "OpenAIBackend":
+    def check(cls, config: Any) -> None:
         if not config.base_url:
             raise UserError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+
+    @classmethod
+    def from_config(cls, config: Any) -> "OpenAIBackend":
         backend = cls(config.base_url, config.model, api_key_env=config.api_key_env,
                       tokenizer=load_tokenizer(config.tokenizer) if config.tokenizer else None,
                       concurrency=config.concurrency, timeout=config.timeout, retries=config.retries)

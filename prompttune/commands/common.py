@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import os
-import re
+import tempfile
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import add_backend_arguments, build_backend
+from prompttune.backends.factory import add_backend_arguments, build_backend, check_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.search_spaces import SearchSpace, default_space
 from prompttune.tasks import SplitSizes, Task, load_task
+
+RUN_DIR: ContextVar[Path | None] = ContextVar("run_dir", default=None)
+"""The run directory the command is writing (the newest, when it makes several): where the CLI leaves the
+traceback of a crash."""
+
+SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,10 +39,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache", help="shared SQLite cache file (default: one per run)")
 
 
+def seed_value(text: str) -> int:
+    """A seed as numpy takes it: a whole number, 0 or more."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
 def add_seed_arguments(parser: argparse.ArgumentParser) -> None:
     """One meaning in every command: --seed drives the search, --split-seed the data."""
-    parser.add_argument("--seed", type=int, default=0, help="search seed: sampling, proposals (default 0)")
-    parser.add_argument("--split-seed", type=int, default=0, help="seed of the train/dev/test draw (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=0, help="search seed: sampling, proposals (default 0)")
+    parser.add_argument("--split-seed", type=seed_value, default=0,
+                        help="seed of the train/dev/test draw (default 0)")
 
 
 def add_split_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,14 +61,33 @@ def add_split_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parse_option(text: str) -> tuple[str, object]:
     """`KEY=VALUE` (the value read as YAML)."""
-    if "=" not in text:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
         raise UserError(f"--option expects KEY=VALUE, got {text!r}")
-    key, value = text.split("=", 1)
-    return key.strip(), yaml.safe_load(value)
+    return key.strip(), option_value(text, value)
+
+
+def option_value(option: str, value: str) -> object:
+    """An --option value read as YAML (`3`, `true`, `[a, b]`)."""
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise UserError(f"--option {option}: the value {value!r} is not valid YAML ({problem})") from None
+
+
+def proposer_config(config: RunConfig) -> RunConfig:
+    return config.model_copy(update={"model": config.proposer_model})
 
 
 def build_proposer_backend(config: RunConfig) -> Backend:
-    return build_backend(config.model_copy(update={"model": config.proposer_model}))
+    return build_backend(proposer_config(config))
+
+
+def check_proposer_backend(config: RunConfig) -> None:
+    """A bad --proposer-model fails before the task model spends its load time."""
+    if config.proposer_model:
+        check_backend(proposer_config(config))
 
 
 def load_run_task(config: RunConfig) -> Task:
@@ -74,38 +108,55 @@ def load_space(config: RunConfig, task: Task) -> SearchSpace:
         return default_space(task)
     from prompttune.search_spaces.loader import load_space_file
 
-    space = load_space_file(config.space, task)
-    check_space_fits(space, task, config.space)
-    return space
+    return load_space_file(config.space, task)
 
 
-def check_space_fits(space: SearchSpace, task: Task, where: str) -> None:
-    """Placeholders the renderer knows and fields the task has: anything else would be used literally
-    or do nothing, silently."""
-    slots = {d.target.partition(":")[2] for d in space.dimensions if d.target.startswith("slot:")}
-    texts = [space.base.instruction, *(str(v) for d in space.dimensions if d.target == "instruction" for v in d.values)]
-    for text in texts:
-        for name in re.findall(r"\{(\w+)\}", text):
-            if name != "labels" and name not in slots:
-                raise UserError(f"{where}: instruction {text!r} has the placeholder {{{name}}}, which is neither "
-                                f"{{labels}} nor a word slot of the space ({', '.join(sorted(slots)) or 'none'})")
-    for dim in space.dimensions:
-        kind, _, field = dim.target.partition(":")
-        if kind == "input" and field not in task.input_fields:
-            raise UserError(f"{where}: dimension {dim.name!r} targets input field {field!r}, which task "
-                            f"{task.name!r} lacks (it has {', '.join(task.input_fields)})")
-
-
-def check_paths(config: RunConfig) -> None:
+def check_paths(runs_dir: str, cache: str | None) -> None:
     """The cache file and the runs folder must be usable before any model loads or run directory appears."""
-    if config.cache and Path(config.cache).is_dir():
-        raise UserError(f"--cache {config.cache} is a directory; name a file (it is created if missing)")
-    runs = Path(config.runs_dir)
+    if cache:
+        path = Path(cache)
+        if path.is_dir():
+            raise UserError(f"--cache {cache} is a directory; name a file (it is created if missing)")
+        if not path.parent.exists():
+            raise UserError(f"--cache {cache}: the folder {path.parent} does not exist")
+        if not path.parent.is_dir():
+            raise UserError(f"--cache {cache}: {path.parent} is not a folder")
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb") as f:
+                if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                    raise UserError(f"--cache {cache} is not an SQLite database (a cache written by prompttune)")
+        _check_writable("--cache", cache, path.parent)
+    runs = Path(runs_dir)
     if runs.exists() and not runs.is_dir():
         raise UserError(f"--runs-dir {runs} is a file, not a folder")
-    probe = next((p for p in (runs, *runs.parents) if p.exists()), Path("."))
-    if not os.access(probe, os.W_OK):
-        raise UserError(f"--runs-dir {runs}: cannot write in {probe}")
+    existing = next((p for p in (runs, *runs.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"--runs-dir {runs}: {existing} is not a folder")
+    _check_writable("--runs-dir", runs_dir, existing)
+
+
+def _check_writable(option: str, value: str, folder: Path) -> None:
+    """Create and remove a file in `folder`: the only test that holds for root, read-only mounts and /proc alike."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option} {value}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The config.json of an optimize run directory; anything missing or broken is one line naming it."""
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a run directory (not a folder)")
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory: config.json missing")
+    try:
+        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "top level"
+        raise UserError(f"{path}: {where}: {err['msg']} (not the config of an optimize run?)") from None
 
 
 def make_run_dir(config: RunConfig, task_name: str) -> Path:
@@ -121,6 +172,7 @@ def new_run_dir(runs_dir: str, label: str) -> Path:
         path = path.with_name(f"{path.name}-{suffix}")
         suffix += 1
     path.mkdir(parents=True)
+    RUN_DIR.set(path)
     return path
 
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from rich.console import Console
 
 from prompttune.backends.base import Backend
@@ -22,9 +21,11 @@ from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
     add_run_arguments,
     build_backend,
+    check_paths,
     load_run_task,
     load_space,
     new_run_dir,
+    option_value,
     require_dev_budget,
 )
 from prompttune.commands.compare_report import print_summary, write_report
@@ -123,15 +124,16 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     require_dev_budget(config, task)
     space = load_space(config, task).bind(task.splits["train"])
     coverage = plan_coverage(arms, space, mode, options)
-    run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
-    (run_dir / "config.json").write_text(json.dumps(
-        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
-         "match": match}, indent=2))
+    check_paths(config.runs_dir, config.cache)
     watch = ModelWatch(backend or build_backend(config), task)
     if match == "tokens" and watch.token_bounds([]) is None:  # None: it cannot count a request's tokens ahead
         raise UserError(f"--match tokens needs a backend that counts tokens before a call (transformers, vllm); "
                         f"--backend {config.backend} learns them from the server afterwards, so its token cap "
                         f"cannot be hard")
+    run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
+    (run_dir / "config.json").write_text(json.dumps(
+        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
+         "match": match}, indent=2))
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
     bench = Bench(config, task, space, watch, shared, options, coverage, run_dir / "arms", console)
@@ -166,7 +168,7 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
         arm, dot, name = key.strip().partition(".")
         if not sep or not dot or not arm or not name:
             raise UserError(f"--option expects OPTIMIZER.KEY=VALUE (e.g. sh.eta=3), got {text!r}")
-        options.setdefault(arm, {})[name.strip()] = yaml.safe_load(value)
+        options.setdefault(arm, {})[name.strip()] = option_value(text, value)
     return options
 
 

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import backend_options, build_backend
-from prompttune.commands.common import add_run_arguments, make_run_dir
+from prompttune.commands.common import add_run_arguments, check_paths, make_run_dir
 from prompttune.commands.evaluate_report import print_summary, write_outputs
 from prompttune.commands.report import write_html_report
 from prompttune.core.config import BackendConfig, RunConfig
@@ -228,6 +228,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None,
     task = load_task(config.task, config.data_dir,
                      SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
     prompts = load_prompts(config, task)
+    check_paths(config.runs_dir, config.cache)
     backend = backend or build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))

@@ -9,10 +9,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from prompttune.commands.common import load_run_task
+from prompttune.commands.common import load_run_task, read_run_config
 from prompttune.commands.export_formats import as_json, as_text, template, write_dspy
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.storage import read_json
 from prompttune.core.types import Example
 from prompttune.search_spaces.prompt import PromptSpec
 
@@ -23,11 +24,10 @@ def _tuples(value: Any) -> Any:
 
 def load_winner(run_dir: Path) -> tuple[PromptSpec, RunConfig]:
     """The chosen PromptSpec and the run's configuration, from a run directory."""
-    try:
-        best = json.loads((run_dir / "best_prompt.json").read_text())
-        config = RunConfig.model_validate_json((run_dir / "config.json").read_text())
-    except FileNotFoundError as exc:
-        raise UserError(f"{run_dir} is not a run directory: {Path(exc.filename).name} missing") from None
+    config = read_run_config(run_dir)
+    best = read_json(run_dir / "best_prompt.json")
+    if not isinstance(best, dict) or not isinstance(best.get("spec"), dict):
+        raise UserError(f"{run_dir / 'best_prompt.json'} holds no prompt spec; was it written by optimize?")
     known = {f.name for f in fields(PromptSpec)}
     return PromptSpec(**{k: _tuples(v) for k, v in best["spec"].items() if k in known}), config
 
@@ -48,6 +48,8 @@ def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
 def export(run_dir: Path, to: str, out: Path) -> list[Path]:
     """Write the winner of `run_dir` in format `to` under `out`; returns the files written."""
     spec, config = load_winner(run_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; name a folder (it is created if missing)")
     demos = demo_examples(spec, config)
     out.mkdir(parents=True, exist_ok=True)
     if to == "text":

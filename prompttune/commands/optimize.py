@@ -16,13 +16,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import backend_options, build_backend
 from prompttune.commands.common import (
+    RUN_DIR,
     add_run_arguments,
     build_proposer_backend,
     check_paths,
+    check_proposer_backend,
     load_run_task,
     load_space,
     make_run_dir,
     parse_option,
+    read_run_config,
     require_dev_budget,
 )
 from prompttune.commands.html.facts import write_run_facts
@@ -55,8 +58,6 @@ class Resumption:
 
 def _set_aside_interrupted_trials(run_dir: Path) -> int:
     """Keep the interrupted run's log as trials.interrupted.jsonl; the replay writes trials.jsonl anew."""
-    if (run_dir / "verdict.json").is_file():
-        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
     log = run_dir / "trials.jsonl"
     if not log.is_file():
         return 0
@@ -69,10 +70,10 @@ def resume_optimization(run_dir: Path, backend: Backend | None = None, console: 
     """Finish an interrupted run: the same search replays its asks through the cache the
     interrupted run filled (each replayed call charged once, so the cap holds), then goes on live."""
     run_dir = Path(run_dir)
-    try:
-        config = RunConfig.model_validate_json((run_dir / "config.json").read_text())
-    except FileNotFoundError:
-        raise UserError(f"{run_dir} is not a run directory: config.json missing") from None
+    config = read_run_config(run_dir)
+    if (run_dir / "verdict.json").is_file():  # found before the model loads
+        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
+    RUN_DIR.set(run_dir)
     return run_optimization(config, backend, console, resume_dir=run_dir)
 
 
@@ -128,10 +129,12 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     space = load_space(config, task)
     optimizer_cls = checked_optimizer(config.optimizer, config.optimizer_options)
     get_objective(config.objective)
-    check_paths(config)
+    check_paths(config.runs_dir, config.cache)
     require_dev_budget(config, task)
+    check_proposer_backend(config)
     own_backend = backend is None
     backend = backend or build_backend(config)
+    proposer_backend = build_proposer_backend(config) if config.proposer_model else backend
     console.print(backend.describe())
     run_dir = resume_dir or make_run_dir(config, task.name)
     write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
@@ -154,7 +157,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
                             config.objective, config.seed, config.budget, dict(config.optimizer_options),
                             AcceptRule(alpha=config.dev_alpha))
-    proposer = Proposer(build_proposer_backend(config) if config.proposer_model else backend, search_ledger)
+    proposer = Proposer(proposer_backend, search_ledger)
     optimizer = optimizer_cls(context, proposer)
     storage = JsonlStorage(run_dir / "trials.jsonl")
     baseline = optimizer.baseline

@@ -59,6 +59,8 @@ def show_space(args: argparse.Namespace) -> int:
 
 
 def sample_space(args: argparse.Namespace) -> int:
+    if args.n < 1:
+        raise UserError(f"-n {args.n}: sample at least one candidate")
     space, task = _load(args)
     rng = np.random.default_rng(args.seed)
     baseline = space.default_candidate()

@@ -6,6 +6,9 @@ import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import Any
+
+from prompttune.core.errors import UserError
 
 
 class TrialStorage(ABC):
@@ -59,3 +62,13 @@ def write_atomic(path: str | Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    """A run directory's JSON file; a missing or broken one is the user's error, in one line."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path.parent} lacks {path.name}: not a complete run directory") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None

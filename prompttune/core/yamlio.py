@@ -16,7 +16,17 @@ from prompttune.core.errors import UserError
 
 
 class _Yaml12Loader(yaml.SafeLoader):
-    pass
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        """A key given twice is an error: PyYAML would keep the last one and drop the first silently."""
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Yaml12Loader.yaml_implicit_resolvers = {

@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Callable
 
 from prompttune.core.errors import UserError
+from prompttune.core.hub import hub_problem
 from prompttune.core.types import Example
 from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
 
 DATA_DIR_ENV = "PROMPTTUNE_DATA_DIR"
+HUB_DATASETS = {"agnews": "fancyzhx/ag_news", "sst2": "stanfordnlp/sst2"}
 
 AGNEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
 AGNEWS_VERBALIZERS = [
@@ -87,15 +89,17 @@ def _hub_pools(name: str) -> dict[str, list[Example]]:
         from datasets import load_dataset
     except ImportError as exc:
         raise UserError(_no_data_message(name)) from exc
+    if problem := hub_problem(HUB_DATASETS[name], "dataset"):
+        raise UserError(f"{_no_data_message(name)} ({problem})")
     try:
         if name == "agnews":
-            ds = load_dataset("fancyzhx/ag_news")
+            ds = load_dataset(HUB_DATASETS[name])
             train = [Example(f"agnews-hub-train-{i}", {"text": r["text"]}, r["label"])
                      for i, r in enumerate(ds["train"])]
             test = [Example(f"agnews-hub-test-{i}", {"text": r["text"]}, r["label"])
                     for i, r in enumerate(ds["test"])]
         else:
-            ds = load_dataset("stanfordnlp/sst2")
+            ds = load_dataset(HUB_DATASETS[name])
             train = [Example(f"sst2-hub-train-{i}", {"text": r["sentence"]}, r["label"])
                      for i, r in enumerate(ds["train"])]
             test = [Example(f"sst2-hub-validation-{i}", {"text": r["sentence"]}, r["label"])
@@ -116,8 +120,10 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     if not chosen:
         return None
     path = Path(chosen).expanduser()
-    if not path.is_dir():
+    if not path.exists():
         raise UserError(f"data dir {path} does not exist")
+    if not path.is_dir():
+        raise UserError(f"data dir {path} is not a folder")
     return path
 
 

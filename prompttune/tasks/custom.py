@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -23,7 +25,7 @@ class TaskFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     data: str = Field(description="data file, relative to the YAML file")
-    format: str | None = Field(None, description="csv, tsv or jsonl; inferred from the suffix")
+    format: Literal["csv", "tsv", "jsonl"] | None = Field(None, description="inferred from the suffix when absent")
     text_columns: list[str] | dict[str, str] = Field(
         description="input columns; a mapping renames them (field name -> column)")
     label_column: str
@@ -31,6 +33,13 @@ class TaskFile(BaseModel):
     split_column: str | None = None
     description: str = ""
     delimiter: str | None = Field(None, description="field delimiter of a csv/tsv file (default , or tab)")
+
+    @field_validator("text_columns")
+    @classmethod
+    def _some_text(cls, value: list[str] | dict[str, str]) -> list[str] | dict[str, str]:
+        if not value:
+            raise ValueError("name at least one input column")
+        return value
 
     @field_validator("delimiter")
     @classmethod
@@ -50,12 +59,47 @@ class TaskFile(BaseModel):
         return value
 
 
-def _read_rows(path: Path, fmt: str, delimiter: str | None) -> list[dict[str, str]]:
+def _decode(path: Path) -> str:
+    """The file as UTF-8 text; other encodings are named by the line where they break."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise UserError(f"{path}: line {line} is not UTF-8 ({exc.reason} at byte {exc.start}); "
+                        f"save the file as UTF-8") from None
+
+
+def _read_rows(path: Path, fmt: str, delimiter: str | None, needed: set[str]) -> list[dict[str, str]]:
+    """Every row as {column: text}, each checked: a row that cannot be read is named by its line."""
+    text = _decode(path)
+    rows = []
     if fmt == "jsonl":
-        with open(path, encoding="utf-8") as f:
-            return [{k: str(v) for k, v in json.loads(line).items()} for line in f if line.strip()]
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f, delimiter=delimiter or ("\t" if fmt == "tsv" else ",")))
+        for number, line in enumerate(text.split("\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}: line {number} is not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}: line {number} is not a JSON object ({{\"column\": value, ...}})")
+            if missing := needed - row.keys():
+                raise UserError(f"{path}: line {number} lacks {', '.join(sorted(missing))}")
+            rows.append({k: str(v) for k, v in row.items()})
+        return rows
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter or ("\t" if fmt == "tsv" else ","))
+    header = next(reader, [])
+    if missing := needed - set(header):
+        raise UserError(f"{path}: columns missing from the header: {', '.join(sorted(missing))}")
+    for fields in reader:
+        if not fields:
+            continue
+        if len(fields) != len(header):
+            raise UserError(f"{path}: line {reader.line_num} has {len(fields)} fields, the header "
+                            f"{len(header)} (quote a text that contains the delimiter)")
+        rows.append(dict(zip(header, fields)))
+    return rows
 
 
 def _parse_spec(path: Path) -> TaskFile:
@@ -77,13 +121,13 @@ def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
     fmt = spec.format or {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}.get(data_path.suffix, "csv")
     if fmt == "jsonl" and spec.delimiter:
         raise UserError(f"{path}: delimiter: a jsonl file has no delimiter")
-    rows = _read_rows(data_path, fmt, spec.delimiter)
     columns = (dict(zip(spec.text_columns, spec.text_columns)) if isinstance(spec.text_columns, list)
                else dict(spec.text_columns))
     label_names = list(spec.labels)
     needed = set(columns.values()) | {spec.label_column} | ({spec.split_column} if spec.split_column else set())
-    if rows and (missing := needed - set(rows[0])):
-        raise UserError(f"{path}: columns missing from {data_path.name}: {', '.join(sorted(missing))}")
+    rows = _read_rows(data_path, fmt, spec.delimiter, needed)
+    if not rows:
+        raise UserError(f"{path}: {data_path} has no data rows")
     unknown = sorted({r[spec.label_column] for r in rows} - set(label_names))
     if unknown:
         raise UserError(f"{path}: data has labels not declared under 'labels': {', '.join(unknown)}")

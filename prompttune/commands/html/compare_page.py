@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from prompttune.commands.compare_report import HEADER, MARK, MODE_TEXT, SEED_HEADER, _ci, spend_cells
-from prompttune.commands.html.page import Html, document, esc, para, png_img, read_json, section, table
+from prompttune.commands.html.page import Html, document, esc, para, png_img, section, table
+from prompttune.core.storage import read_json
 
 
 def _scores(scores: dict) -> list[str]:

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.commands.evaluate_report import GAP_QUANTILES, POSIX_QUANTILES, SCORING_NOTES, _ci, _num, _p, _quantiles
-from prompttune.commands.html.page import Html, document, para, png_img, read_json, read_jsonl, section, table
+from prompttune.commands.html.page import Html, document, para, png_img, read_jsonl, section, table
+from prompttune.core.storage import read_json
 from prompttune.objectives.multiprompt import top_two_gap
 
 

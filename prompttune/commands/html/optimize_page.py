@@ -19,7 +19,6 @@ from prompttune.commands.html.page import (
     figure_img,
     para,
     pre,
-    read_json,
     read_jsonl,
     section,
     table,
@@ -27,6 +26,7 @@ from prompttune.commands.html.page import (
 from prompttune.commands.optimize_report import _ci
 from prompttune.compare.plot import draw_anytime
 from prompttune.compare.summary import t_interval
+from prompttune.core.storage import read_json
 from prompttune.objectives.stats import wilson_ci
 
 MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing

@@ -9,7 +9,7 @@ import html
 import io
 import json
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -102,16 +102,6 @@ def document(title: str, subtitle: str, parts: Sequence[str]) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
             f"<style>{CSS}</style>{STATUS_SCRIPT}</head>\n<body><h1>{esc(title)}</h1>"
             f'<p class="meta">{cell(subtitle)}</p>\n' + "\n".join(parts) + "\n</body></html>\n")
-
-
-def read_json(path: Path) -> Any:
-    """A run directory's JSON file; a missing or broken one is the user's error, in one line."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path.parent} lacks {path.name}: not a complete run directory") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
 
 
 def read_jsonl(path: Path) -> list[dict]:
