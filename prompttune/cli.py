@@ -1,7 +1,8 @@
 """Command line: `optimize ...`, `evaluate ...`, `compare ...` and `prompttune <command> ...`.
 
 Only wiring: each command lives in `prompttune.commands` and registers its own parser. Bad input
-ends in one line on stderr and exit code 2, never a traceback.
+ends in one line on stderr and exit code 2, never a traceback; an outage (no server answered in
+time) in one line and exit code 75.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Callable, Sequence
 from pydantic import ValidationError
 
 from prompttune.commands import compare, evaluate, export, optimize, report, space
-from prompttune.core.errors import UserError
+from prompttune.core.errors import BackendUnavailable, UserError
 
 EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 75  # sysexits' EX_TEMPFAIL: no server answered; try again later (optimize --resume)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         return handler(args)
+    except BackendUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
     except ValidationError as exc:
