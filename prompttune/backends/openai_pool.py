@@ -22,7 +22,7 @@ class ServerStats:
 
     requests: int = 0  # HTTP requests this server answered (a scored example may take several)
     retries: int = 0  # attempts here that failed retryably and were tried again
-    failures: int = 0  # calls given up (or refused) with their last attempt here
+    failures: int = 0  # calls given up here: refused (4xx), or still failing after every retry
     quarantines: int = 0  # times taken out after a connection error
     readmissions: int = 0  # times put back after a health check answered
 

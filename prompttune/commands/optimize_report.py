@@ -52,7 +52,8 @@ def _tested_rows(result: "RunResult") -> list[str]:
 
 SERVER_COUNTS = ("requests", "retries", "failures", "quarantines", "readmissions")
 SERVERS_NOTE = ("Per server over the whole run (search and verdict): HTTP requests answered, retries, calls given "
-                "up, quarantines and readmissions; a retried call is charged once.")
+                "up (refused, or failing after every retry), quarantines and readmissions; a retried call is "
+                "charged once.")
 
 
 def server_rows(servers: dict[str, dict[str, int]]) -> list[list[object]]:
