@@ -1,4 +1,4 @@
-"""Errors that the command line turns into one line and exit code 2."""
+"""Errors that the command line turns into one line: exit code 2 for bad input, 75 for an outage."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ class BudgetExhausted(Exception):
 
 
 class BackendUnavailable(UserError):
-    """No server answered within the outage deadline: not bad input, so the command line ends it
-    with its own exit code, and the run it interrupted can be resumed.
+    """The model's servers stopped answering (past the outage deadline, or a call out of retries):
+    not bad input, so the command line ends it with its own exit code, and the run it interrupted
+    can be resumed.
 
     `completed` maps the positions of a batch's requests that were answered before the outage to
     their results, so the caller can keep (cache) them instead of paying for them again;
