@@ -1,8 +1,9 @@
 """Command line: `optimize ...`, `evaluate ...`, `compare ...` and `prompttune <command> ...`.
 
 Only wiring: each command lives in `prompttune.commands` and registers its own parser. Bad input
-ends in one line on stderr and exit code 2, never a traceback; an unexpected failure ends in one
-line naming the file that holds its traceback (`error.log` in the run directory), exit code 1.
+ends in one line on stderr and exit code 2, never a traceback; an outage (no server answered in
+time) in one line and exit code 75; an unexpected failure in one line naming the file that holds
+its traceback (`error.log` in the run directory), exit code 1.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from pydantic import ValidationError
 
 from prompttune.commands import compare, evaluate, export, optimize, report, space
 from prompttune.commands.common import RUN_DIR
-from prompttune.core.errors import UserError
+from prompttune.core.errors import BackendUnavailable, UserError
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+EXIT_UNAVAILABLE = 75  # sysexits' EX_TEMPFAIL: no server answered; try again later (optimize --resume)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -73,6 +75,9 @@ def _run(argv: Sequence[str] | None) -> int:
     context = contextvars.copy_context()  # collects the run directory the command makes
     try:
         return context.run(_dispatch, argv)
+    except BackendUnavailable as exc:
+        _say(str(exc))
+        return EXIT_UNAVAILABLE
     except UserError as exc:
         _say(str(exc))
     except ValidationError as exc:  # a command-line value its config refused

@@ -1,8 +1,9 @@
 """A real OpenAI-compatible server for tests: llama.cpp's (llama-cpp-python) on the embedded GGUF.
 
-`running_llama_server` starts it on a free loopback port, waits until GET /v1/models answers,
-and stops it by PID; `llama_server` is the session fixture around it. A missing llama_cpp is a
-failure, not a skip: `make test` installs it, so its absence means a broken set-up.
+`LlamaServer` starts it on a loopback port, waits until GET /v1/models answers, and kills or stops
+it by PID; `running_llama_server` is a context around one, and `llama_server` the session fixture.
+A missing llama_cpp is a failure, not a skip: `make test` installs it, so its absence means a
+broken set-up.
 """
 
 from __future__ import annotations
@@ -35,43 +36,61 @@ def _log_tail(path: Path) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-15:])
 
 
+class LlamaServer:
+    """A llama.cpp server process on a fixed loopback port: outage tests kill it and start it again
+    at the same address."""
+
+    def __init__(self, model: Path, threads: int = 2, port: int | None = None) -> None:
+        self.command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+                        "--port", str(port or free_port()), "--n_threads", str(threads), "--n_ctx", "2048"]
+        self.url = f"http://127.0.0.1:{self.command[self.command.index('--port') + 1]}/v1"
+        self.log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
+        self.process: subprocess.Popen | None = None
+
+    def start(self, startup_s: float = 120.0) -> None:
+        """Start the process and wait until GET /v1/models answers."""
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + startup_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"llama.cpp server exited ({self.process.returncode}):\n{_log_tail(self.log_path)}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/models", timeout=2.0).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"llama.cpp server unhealthy after {startup_s:.0f}s:\n{_log_tail(self.log_path)}")
+            time.sleep(0.25)
+
+    def kill(self) -> None:
+        """SIGKILL by PID: the server vanishes mid-request, as in a crash."""
+        if self.process is not None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        """SIGTERM by PID, then SIGKILL if it lingers; removes the log."""
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            self.process = None
+        self.log_path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def running_llama_server(model: Path, threads: int = 2, startup_s: float = 120.0) -> Iterator[str]:
     """Yields the base URL (`http://127.0.0.1:PORT/v1`) of a server serving `model`."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    log_path = Path(tempfile.mkstemp(prefix="llama-server-", suffix=".log")[1])
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-               "--port", str(port), "--n_threads", str(threads), "--n_ctx", "2048"]
-    with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = LlamaServer(model, threads)
     try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"llama.cpp server exited ({process.returncode}):\n{_log_tail(log_path)}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/models", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"llama.cpp server unhealthy after {startup_s:.0f}s:\n"
-                                   f"{_log_tail(log_path)}")
-            time.sleep(0.25)
-        yield url
+        server.start(startup_s)
+        yield server.url
     finally:
-        _stop(process.pid, process)
-        log_path.unlink(missing_ok=True)
-
-
-def _stop(pid: int, process: subprocess.Popen) -> None:
-    """SIGTERM by PID, then SIGKILL if it lingers."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.kill(pid, signal.SIGKILL)
-        process.wait()
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,10 @@
 """The openai backend against a real llama.cpp server, and its retry/routing logic against tiny
-fake servers (stdlib http.server in threads) that fail on command."""
+fake servers (tests/fake_openai.py) that fail on command."""
 
 from __future__ import annotations
 
-import json
 import math
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
@@ -17,93 +14,17 @@ from prompttune.backends.factory import build_backend
 from prompttune.backends.openai_backend import OpenAIBackend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
 from prompttune.core.config import BackendConfig
-from prompttune.core.errors import UserError
+from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
+from tests.fake_openai import FakeServer
 from tests.llama_server import free_port, llama_server  # noqa: F401  (session fixture)
 
 
-class FakeServer:
-    """OpenAI-style completions where every character is a token with log-prob -1; answers the
-    next completions with the statuses queued in `failures` first, each after `delay` seconds."""
-
-    def __init__(self, delay: float = 0.0, port: int = 0, echo: bool = True) -> None:
-        self.echo = echo
-        self.failures: list[int] = []
-        self.completions = 0
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.delay = delay
-        self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def answer(self, body: dict) -> tuple[int, dict]:
-        with self._lock:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            status = self.failures.pop(0) if self.failures else 200
-        time.sleep(self.delay)
-        with self._lock:
-            self.in_flight -= 1
-            self.completions += status == 200
-        if status == 200 and body.get("echo") and not self.echo:
-            status = 400
-        if status != 200:
-            return status, {"error": {"message": "busy\nsecond line"}}
-        prompt, completion = body["prompt"], "x" * body["max_tokens"]
-        text = prompt + completion if body.get("echo") else completion
-        start = len(prompt) + len(completion) - len(text)  # offsets count from the prompt's start
-        logprobs = {"tokens": list(text), "text_offset": list(range(start, start + len(text))),
-                    "token_logprobs": [None if start + i == 0 else -1.0 for i in range(len(text))],
-                    "top_logprobs": [{" ": -1.0, "x": -1.0, "xy": -3.0}] * len(text)}
-        return 200, {"choices": [{"text": text, "logprobs": logprobs}],
-                     "usage": {"prompt_tokens": len(prompt), "completion_tokens": body["max_tokens"]}}
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                if status == 429:
-                    self.send_header("Retry-After", "0")
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                self._send(200, {"data": [{"id": "fake"}]})
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._send(*fake.answer(body))
-
-        return Handler
-
-
-@pytest.fixture
-def fakes() -> Iterator[list[FakeServer]]:
-    servers: list[FakeServer] = []
-    yield servers
-    for server in servers:
-        server.stop()
-
-
-def _backend(urls: list[str], concurrency: int = 8, retries: int = 4) -> OpenAIBackend:
+def _backend(urls: list[str], concurrency: int = 8, retries: int = 4, timeout: float = 60.0) -> OpenAIBackend:
     """Fast back-off and quarantine, so retry tests take milliseconds."""
-    return OpenAIBackend(urls, "fake", concurrency=concurrency, retries=retries, backoff_base=0.01,
+    return OpenAIBackend(urls, "fake", concurrency=concurrency, retries=retries, timeout=timeout, backoff_base=0.01,
                          quarantine_base=0.2)
 
 
@@ -191,6 +112,25 @@ def test_dead_server_is_quarantined_and_readmitted_when_healthy(fakes: list[Fake
     time.sleep(1.0)  # past the quarantine back-off (0.2 s, doubled per failed health check)
     backend.score([ScoreRequest(f"r{i}", ("a",)) for i in range(6)])
     assert backend.stats[dead_url].requests >= 1 and fakes[0].completions >= 1
+    assert (stats[dead_url].quarantines, stats[dead_url].readmissions) == (1, 1)
+    backend.close()
+
+
+def test_a_server_that_never_returns_ends_the_call_at_the_outage_deadline(fakes: list[FakeServer]) -> None:
+    fakes += [FakeServer(), FakeServer()]
+    backend = _backend([f.url for f in fakes], timeout=0.5, retries=2)  # out together for 1 s: give up
+    for fake in fakes:
+        fake.stop()
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable) as raised:
+        backend.score([ScoreRequest(f"q{i}", ("a",)) for i in range(20)])
+    waited = time.monotonic() - started
+    assert 1.0 <= waited < 2.5, f"gave up after {waited:.2f} s"
+    message = str(raised.value)
+    assert message.startswith("no server answered for 1 s: ") and "\n" not in message
+    assert all(f"{f.url} (health check: ConnectError" in message for f in fakes), message
+    # 20 calls failed on two servers, yet each was taken out once and checked on its own back-off.
+    assert [s.quarantines for s in backend.stats.values()] == [1, 1]
     backend.close()
 
 

@@ -30,6 +30,11 @@ class Backend(ABC):
         """One line for the run log: which model, where, how it scores."""
         return f"{type(self).__name__}: {self.model_id}"
 
+    def server_counts(self) -> dict[str, dict[str, int]]:
+        """Per-server counters (requests, retries, failures, quarantines, readmissions) since the
+        backend was built, for the run report; empty for a model run in process."""
+        return {}
+
     def close(self) -> None:
         """Release threads, connections or GPU memory; safe to call twice."""
 

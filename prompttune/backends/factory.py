@@ -46,7 +46,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--timeout", type=float, default=DEFAULTS.timeout,
                        help="seconds per HTTP request (openai)")
     group.add_argument("--retries", type=int, default=DEFAULTS.retries,
-                       help="retries per call on connection errors, 429 and 5xx (openai)")
+                       help="retries per call on connection errors, timeouts, 429 and 5xx (openai); when "
+                            "every server is out for --timeout x --retries seconds the run stops, resumably")
 
 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:

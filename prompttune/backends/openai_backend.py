@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,6 +143,9 @@ class OpenAIBackend(Backend):
     @property
     def stats(self) -> dict[str, ServerStats]:
         return {s.url: s.stats for s in self.pool.servers}
+
+    def server_counts(self) -> dict[str, dict[str, int]]:
+        return {url: asdict(stats) for url, stats in self.stats.items()}
 
     def close(self) -> None:
         """Close connections and stop the I/O thread; safe to call twice."""

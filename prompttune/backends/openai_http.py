@@ -11,8 +11,8 @@ from typing import Any, Coroutine, TypeVar
 
 import httpx
 
-from prompttune.backends.openai_pool import ServerPool, normalize_url
-from prompttune.core.errors import UserError
+from prompttune.backends.openai_pool import ServerPool, describe_error, normalize_url
+from prompttune.core.errors import BackendUnavailable, UserError
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _BUSY = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout)
@@ -42,7 +42,19 @@ class _LoopThread:
 
 
 async def _gather(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
-    return list(await asyncio.gather(*coros))
+    """All results in order; on an outage the other calls are cancelled (the run stops anyway) and
+    the results already in hand travel with the error, so the caller can keep what it paid for."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException as exc:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if isinstance(exc, BackendUnavailable):
+            exc.completed = {i: t.result() for i, t in enumerate(tasks)
+                             if not t.cancelled() and t.exception() is None}
+        raise
 
 
 def _detail(response: httpx.Response) -> str:
@@ -75,7 +87,7 @@ class HttpClient:
         try:
             self.client = self.run(self._make_client(api_key_env, len(base_urls) * (concurrency + 1)))
             self.pool = ServerPool([normalize_url(u) for u in base_urls], self.client, concurrency,
-                                   min(timeout, 10.0), quarantine_base)
+                                   min(timeout, 10.0), timeout * retries, quarantine_base)
         except BaseException:
             self.close()
             raise
@@ -116,7 +128,9 @@ class HttpClient:
 
     async def post(self, path: str, body: dict) -> dict:
         """One model call: least-loaded server, retries with exponential back-off (and jitter) on
-        connection errors, timeouts, 408/429/5xx; a lost connection also quarantines that server."""
+        connection errors, timeouts, 408/429/5xx; a lost connection also quarantines that server.
+        Raises `BackendUnavailable` after `retries` retries, or when no server answers for
+        `timeout` x `retries` seconds (see `ServerPool`). The caller charged the call once, before."""
         attempt = 0
         while True:
             server = await self.pool.acquire()
@@ -124,9 +138,9 @@ class HttpClient:
             try:
                 response = await self.client.post(server.url + path, json=body, timeout=self.timeout)
             except httpx.TransportError as exc:
+                error = describe_error(exc)
                 if not isinstance(exc, _BUSY):  # a slow answer is no reason to take a server out
-                    self.pool.quarantine(server)
-                error = type(exc).__name__
+                    self.pool.quarantine(server, error)
             else:
                 if response.status_code == 200:
                     server.stats.requests += 1
@@ -140,7 +154,7 @@ class HttpClient:
                 await self.pool.release(server)
             if attempt == self.retries:
                 server.stats.failures += 1
-                raise ServerError(f"{server.url}{path}: giving up after {self.retries} retries ({error})")
+                raise BackendUnavailable(f"{server.url}{path}: giving up after {self.retries} retries ({error})")
             server.stats.retries += 1
             backoff = self.backoff_base * 2 ** attempt * random.uniform(0.5, 1.0)
             await asyncio.sleep(backoff if delay is None else delay)

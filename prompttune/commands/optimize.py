@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +32,7 @@ from prompttune.commands.html.facts import write_run_facts
 from prompttune.commands.optimize_report import describe_change, print_summary, write_report
 from prompttune.commands.report import write_html_report
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import UserError
+from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.storage import JsonlStorage, write_atomic
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
@@ -47,13 +47,32 @@ from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import render, select_demos
 
+INTERRUPTION = "interruption.json"  # why the last session stopped, and its servers' counts
+
 
 @dataclass(frozen=True)
 class Resumption:
-    """Where a resumed run picked up: trials logged before the interruption, calls replayed from the cache."""
+    """Where a resumed run picked up: trials logged before the interruption, calls replayed from the
+    cache, and the outage that stopped it (None after a kill or Ctrl-C)."""
 
     trials_before: int
     calls_replayed: int
+    outage: str | None = None
+
+
+def _earlier_interruption(run_dir: Path) -> dict:
+    """What an outage recorded when it stopped an earlier session of this run ({} if none did)."""
+    path = run_dir / INTERRUPTION
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _run_server_counts(backend: Backend, at_start: dict[str, dict[str, int]],
+                       earlier: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-server counts of this run: this session's (the backend may have served other runs before)
+    plus those of the sessions an outage stopped."""
+    return {url: {name: value - at_start.get(url, {}).get(name, 0) + earlier.get(url, {}).get(name, 0)
+                  for name, value in counts.items()}
+            for url, counts in backend.server_counts().items()}
 
 
 def _set_aside_interrupted_trials(run_dir: Path) -> int:
@@ -88,6 +107,7 @@ class RunResult:
     confirm_ledger: BudgetLedger
     wall_seconds: float
     resumed: Resumption | None = None
+    servers: dict[str, dict[str, int]] = field(default_factory=dict)  # per-server counts (openai backend)
 
     @property
     def shipped(self) -> Candidate:
@@ -135,10 +155,12 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     own_backend = backend is None
     backend = backend or build_backend(config)
     proposer_backend = build_proposer_backend(config) if config.proposer_model else backend
+    counts_at_start = backend.server_counts()
     console.print(backend.describe())
     run_dir = resume_dir or make_run_dir(config, task.name)
     write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
     interrupted = _set_aside_interrupted_trials(run_dir) if resume_dir else None
+    earlier = _earlier_interruption(run_dir) if resume_dir else {}
     cache = None
     if cache_view is None:
         cache = ResultCache(config.cache or run_dir / "cache.sqlite")
@@ -162,33 +184,40 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     storage = JsonlStorage(run_dir / "trials.jsonl")
     baseline = optimizer.baseline
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
-                  console=console, transient=False) as progress:
-        bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
-
-        search_started = time.time()
-
-        def on_trial(trial: dict) -> None:
-            if trial["number"] == 0 and trial["budget_spent"]:
-                rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
-                console.print(f"measured {rate:.1f} calls/s on the first trial: the search's {config.budget} calls "
-                              f"should take about {config.budget / rate / 60:.0f} min, the held-out verdict about "
-                              f"{2 * len(task.splits['test']) / rate / 60:.0f} min more")
-            best = trial.get("best_so_far")
-            progress.update(bar, completed=trial["budget_spent"],
-                            best="–" if best is None else f"{best:.3f}")
-
-        outcome = run_search(optimizer, evaluator, storage, on_trial)
-
     test = task.splits["test"]
-    confirm_ledger = BudgetLedger()
-    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
-                               confirm_ledger,
-                               scoring=config.scoring)
-    console.print(f"held-out verdict on {len(test)} test examples…")
-    verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
-                               config.confirm_top, config.seed)
+    try:
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
+                      console=console, transient=False) as progress:
+            bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
+
+            search_started = time.time()
+
+            def on_trial(trial: dict) -> None:
+                if trial["number"] == 0 and trial["budget_spent"]:
+                    rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
+                    console.print(f"measured {rate:.1f} calls/s on the first trial: the search's {config.budget} calls "
+                                  f"should take about {config.budget / rate / 60:.0f} min, the held-out verdict about "
+                                  f"{2 * len(task.splits['test']) / rate / 60:.0f} min more")
+                best = trial.get("best_so_far")
+                progress.update(bar, completed=trial["budget_spent"],
+                                best="–" if best is None else f"{best:.3f}")
+
+            outcome = run_search(optimizer, evaluator, storage, on_trial)
+
+        confirm_ledger = BudgetLedger()
+        test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
+                                   confirm_ledger,
+                                   scoring=config.scoring)
+        console.print(f"held-out verdict on {len(test)} test examples…")
+        verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
+                                   config.confirm_top, config.seed)
+    except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
+        write_atomic(run_dir / INTERRUPTION, json.dumps({
+            "outage": str(exc), "servers": _run_server_counts(backend, counts_at_start, earlier.get("servers", {}))},
+            indent=2))
+        exc.run_dir = run_dir
+        raise
 
     def as_seen(candidate: Candidate) -> str:
         return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
@@ -200,8 +229,11 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
                  label="baseline: the task's default prompt, the one every candidate must beat")
-    result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
-                       Resumption(interrupted, evaluator.cache.foreign_calls) if interrupted is not None else None)
+    resumed = (Resumption(interrupted, evaluator.cache.foreign_calls, earlier.get("outage"))
+               if interrupted is not None else None)
+    result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger,
+                       time.time() - started, resumed,
+                       _run_server_counts(backend, counts_at_start, earlier.get("servers", {})))
     write_report(result, config, task, space, baseline)
     write_run_facts(result, task)
     write_html_report(run_dir)
@@ -213,12 +245,23 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     return result
 
 
+def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
+    """Run; an outage's one line also says how to finish the run it stopped."""
+    try:
+        return run()
+    except BackendUnavailable as exc:
+        if exc.run_dir is None:
+            raise
+        raise BackendUnavailable(f"{exc}; the run is kept: finish it with `optimize --resume {exc.run_dir}` "
+                                 "once a server answers") from None
+
+
 def _optimize(args: argparse.Namespace) -> int:
     from prompttune.optimizers import get_optimizer
     from prompttune.optimizers.base import describe_options
 
     if args.resume:
-        result = resume_optimization(Path(args.resume))
+        result = _with_resume_hint(lambda: resume_optimization(Path(args.resume)))
         print(f"resumed {args.resume}: {result.verdict.summary()}; budget used {result.search_ledger.calls}/"
               f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
         return 0
@@ -234,7 +277,7 @@ def _optimize(args: argparse.Namespace) -> int:
         dev_alpha=args.dev_alpha, proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
-    result = run_optimization(config)
+    result = _with_resume_hint(lambda: run_optimization(config))
     leader = result.verdict.leader_confirmation
     print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
           f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "

@@ -50,6 +50,25 @@ def _tested_rows(result: "RunResult") -> list[str]:
     return rows
 
 
+SERVER_COUNTS = ("requests", "retries", "failures", "quarantines", "readmissions")
+SERVERS_NOTE = ("Per server over the whole run (search and verdict): HTTP requests answered, retries, calls given "
+                "up (refused, or failing after every retry), quarantines and readmissions; a retried call is "
+                "charged once.")
+
+
+def server_rows(servers: dict[str, dict[str, int]]) -> list[list[object]]:
+    """One row per server: its URL, then its counts in SERVER_COUNTS order."""
+    return [[url, *(counts.get(name, 0) for name in SERVER_COUNTS)] for url, counts in servers.items()]
+
+
+def _servers_section(servers: dict[str, dict[str, int]]) -> list[str]:
+    if not servers:
+        return []
+    rows = ["| server | " + " | ".join(SERVER_COUNTS) + " |", "| --- |" + " --- |" * len(SERVER_COUNTS)]
+    rows += ["| " + " | ".join(map(str, row)) + " |" for row in server_rows(servers)]
+    return ["## Servers", "", SERVERS_NOTE, "", *rows, ""]
+
+
 def _dev_paragraph(result: "RunResult", dev_alpha: float) -> str:
     v, o = result.verdict, result.outcome
     challenges = (f" Dev challenges: {o.challenges} in {o.sweeps} sweep(s), {o.challenge_accepts} accepted at a "
@@ -104,11 +123,13 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out verdict (not charged "
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
         f"tokens. Wall time {result.wall_seconds:.0f} s."
-        + (f" Resumed after an interruption: {result.resumed.trials_before} trials had been logged "
+        + (f" Resumed after an interruption{f' ({result.resumed.outage})' if result.resumed.outage else ''}: "
+           f"{result.resumed.trials_before} trials had been logged "
            f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were replayed "
            "from the interrupted run's cache and charged once, then the search went on live."
            if result.resumed else ""),
         "",
+        *_servers_section(result.servers),
         "## Shipped prompt (`best_prompt.json`, `best_prompt.txt`)",
         "",
         f"Candidate `{shipped.id}`"
@@ -150,6 +171,8 @@ def print_summary(result: "RunResult", console: Console) -> None:
                       f"one-sided McNemar p={lead.comparison.p_one_sided:.4g}")
     console.print(f"budget used {result.search_ledger.calls}/{result.search_ledger.cap_calls} calls, "
                   f"{result.search_ledger.tokens} tokens")
+    for url, *counts in server_rows(result.servers):
+        console.print(f"server {url}: " + ", ".join(f"{n} {name}" for n, name in zip(counts, SERVER_COUNTS)))
     console.print(f"verdict: {v.summary()}")
     console.print(f"shipped: {'the baseline' if v.shipped.id == result.baseline.id else v.shipped.id} "
                   f"(best_prompt.json)")

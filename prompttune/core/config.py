@@ -22,7 +22,8 @@ class BackendConfig(BaseModel):
     tokenizer: str | None = Field(None, description="tokenizer for chat templates (openai) / tokenization (vllm)")
     concurrency: int = Field(8, gt=0, description="requests in flight per server")
     timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
-    retries: int = Field(4, ge=0, description="retries per call on connection errors, timeouts, 429, 5xx")
+    retries: int = Field(4, ge=0, description="retries per call on connection errors, timeouts, 429, 5xx; "
+                                              "every server out for timeout x retries seconds stops the run")
 
 
 class RunConfig(BackendConfig):

@@ -10,8 +10,8 @@ import itertools
 from typing import Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend
-from prompttune.core.errors import UserError
-from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
+from prompttune.core.errors import BackendUnavailable, UserError
+from prompttune.core.types import Example, GenerateRequest, GenerateResult, Record, ScoreRequest, ScoreResult
 from prompttune.evaluation.cache import ResultCache, cache_key
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import Scoring, make_predictor
@@ -106,23 +106,27 @@ class Evaluator:
         if missing:
             asked = [requests[i] for i in missing]
             self.ledger.reserve_requests(self.backend, asked, kind or mode)
-            if mode == "generate":
-                outs = self.backend.generate(asked)
-                values = [{"text": o.text, "prompt_tokens": o.prompt_tokens,
-                           "completion_tokens": o.completion_tokens} for o in outs]
-            else:
-                scores = self.backend.score(asked)
-                values = [{"logprobs": list(o.logprobs), "prompt_tokens": o.prompt_tokens,
-                           "completion_tokens": o.completion_tokens} for o in scores]
-            self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values),
-                                   sum(v["completion_tokens"] for v in values))
-            new = {keys[i]: v for i, v in zip(missing, values)}
-            self.cache.put_many(new.items())
-            found.update(new)
+            run = self.backend.generate if mode == "generate" else self.backend.score
+            try:
+                results = run(asked)
+            except BackendUnavailable as exc:  # keep what was answered: a resumed run finds it cached
+                self._store({keys[missing[j]]: result for j, result in exc.completed.items()})
+                raise
+            found.update(self._store({keys[i]: result for i, result in zip(missing, results)}))
         fresh = set(missing)
         flat = [_output(ex, found[k], cached=i not in fresh) for i, (ex, k) in enumerate(zip(examples, keys))]
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
         return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
+
+    def _store(self, results: Mapping[str, GenerateResult | ScoreResult]) -> dict[str, dict]:
+        """Cache fresh backend results under their keys and count their tokens; returns the cached values."""
+        values = {key: ({"text": r.text} if isinstance(r, GenerateResult) else {"logprobs": list(r.logprobs)})
+                  | {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens}
+                  for key, r in results.items()}
+        self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values.values()),
+                               sum(v["completion_tokens"] for v in values.values()))
+        self.cache.put_many(values.items())
+        return values
 
     def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
         """Render one query: its examples, cache keys and backend requests."""

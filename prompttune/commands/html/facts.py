@@ -31,6 +31,7 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "search": {name: getattr(o, name) for name in OUTCOME_FIELDS},
         "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
         "wall_seconds": result.wall_seconds,
+        "servers": result.servers,
     }
     write_atomic(result.run_dir / "verdict.json", json.dumps(facts, indent=2, ensure_ascii=False))
     test = {ex.id: ex for ex in task.splits["test"]}

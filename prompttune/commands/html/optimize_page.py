@@ -23,7 +23,7 @@ from prompttune.commands.html.page import (
     section,
     table,
 )
-from prompttune.commands.optimize_report import _ci
+from prompttune.commands.optimize_report import SERVER_COUNTS, SERVERS_NOTE, _ci, server_rows
 from prompttune.compare.plot import draw_anytime
 from prompttune.compare.summary import t_interval
 from prompttune.core.storage import read_json
@@ -265,11 +265,16 @@ def _budget_section(facts: dict, config: dict) -> Html:
             ["held-out verdict (not charged)", confirm["calls"],
              ", ".join(f"{k} {v}" for k, v in sorted(confirm["calls_by_kind"].items())) or "all cached",
              confirm["prompt_tokens"], confirm["completion_tokens"]]]
+    servers = facts.get("servers")  # absent in runs written before it was recorded
     return section("Budget and tokens",
                    table(["ledger", "calls", "by kind", "prompt tokens", "completion tokens"], rows, (1, 3, 4)),
                    para(f"{s['n_trials']} trials over {s['n_candidates']} candidates"
                         f"{'; stopped by the cap' if s['stopped_by_budget'] else ''}; token cap "
-                        f"{config.get('budget_tokens') or 'none'}; wall time {facts['wall_seconds']:.0f} s."))
+                        f"{config.get('budget_tokens') or 'none'}; wall time {facts['wall_seconds']:.0f} s."),
+                   *([Html("<h3>Servers</h3>"),
+                      table(["server", *SERVER_COUNTS], server_rows(servers), tuple(range(1, len(SERVER_COUNTS) + 1))),
+                      para(SERVERS_NOTE, "note")]
+                     if servers else []))
 
 
 def _verdict_section(facts: dict) -> Html:
