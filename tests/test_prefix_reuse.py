@@ -102,3 +102,15 @@ def test_prefix_reuse_generates_what_the_full_prompt_generates(backend: Transfor
     reused, full = _both_paths(backend, backend.generate, requests)
     assert [r.text for r in reused] == [f.text for f in full]
     assert [r.completion_tokens for r in reused] == [f.completion_tokens for f in full]
+
+
+def test_a_seeded_sample_depends_on_its_seed_alone(backend: TransformersBackend, task: Task) -> None:
+    """Sampled generation (DSPy's proposals at temperature 1.0) is deterministic per seed, whatever
+    else is in the call, and leaves the greedy requests beside it unchanged."""
+    [greedy] = _requests(backend, task, [default_space(task).default_candidate().spec], "generate", n=1)
+    text = greedy.text
+    drawn = backend.generate([greedy, GenerateRequest(text, 12, temperature=1.0, seed=1),
+                              GenerateRequest(text, 12, temperature=1.0, seed=2)])
+    [alone] = backend.generate([GenerateRequest(text, 12, temperature=1.0, seed=1)])
+    assert alone.text == drawn[1].text and drawn[1].text != drawn[2].text
+    assert drawn[0].text == backend.generate([greedy])[0].text

@@ -36,7 +36,8 @@ class Backend(ABC):
 
     @abstractmethod
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        """Greedy decoding; one result per request, same order."""
+        """Greedy decoding, or seeded sampling where a request sets a temperature; one result per
+        request, same order."""
 
 
 def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:

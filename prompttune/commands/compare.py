@@ -113,7 +113,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     (`prompttune.compare.coverage`)."""
     started = time.time()
     console = console or Console(stderr=True)
-    check_arms(arms, options)
+    check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     task = load_run_task(config)
@@ -202,5 +202,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
     compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
-                         help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
+                         help="optimizer option, e.g. sh.eta=3 or dspy-mipro.auto=medium (repeatable)")
     compare.set_defaults(handler=_compare)
