@@ -111,7 +111,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 @pytest.mark.parametrize("argv, message", [
     (["--optimizers", "random,nope"], "unknown optimizer 'nope'"),
     (["--optimizers", "random,random"], "listed twice"),
-    (["--optimizers", "random,dspy-copro"], "dspy-copro is not offered: COPRO draws"),
+    (["--optimizers", "random,dspy-copro", "--budget", "100"], "dspy-copro needs at least 201 calls"),
     (["--optimizers", "random", "--option", "sh.eta=3"], "not compared: sh"),
     (["--optimizers", "random", "--option", "eta=3"], "OPTIMIZER.KEY=VALUE"),
     (["--seeds", "0"], "--seeds must be at least 1"),

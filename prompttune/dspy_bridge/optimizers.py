@@ -70,6 +70,7 @@ class DspyArm(ABC):
         self.cap = cap
         self.sizes = sizes
         self.options: Any = validate_options(self.name, self.Options, options)
+        # Arms that take no valset (SIMBA) have no valset_size and draw none.
         self.valset_size = min(getattr(self.options, "valset_size", 0), sizes.dev)
         self.description = self._settle()
 
@@ -364,7 +365,7 @@ class Simba(DspyArm):
                                              f"of {o.bsize}, validated on {self.trainset_size} train examples")
         self.steps = next(s for s in steps if self._cost(s) <= self.cap)
         return (f"SIMBA: max_steps={self.steps} (DSPy's 8, cut to fit the cap), bsize={o.bsize}, "
-                f"num_candidates={o.num_candidates}, max_demos={o.max_demos} (DSPy's defaults); SIMBA takes no "
+                f"num_candidates={o.num_candidates}, max_demos={o.max_demos} (DSPy: 32, 6, 4); SIMBA takes no "
                 f"valset: it samples mini-batches from and validates on {self.trainset_size} train examples drawn "
                 f"with the arm seed. prompttune scores labels deterministically, so SIMBA's temperature-1.0 "
                 f"resampling of one program gives one answer: its variation comes from sampling among "
