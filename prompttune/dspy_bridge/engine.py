@@ -7,7 +7,8 @@
   id): they are scored by the arm's `Evaluator` — same rendering, scoring method, cache view
   and ledger as every prompttune arm — and answered with the predicted label word;
 - anything else (instruction proposals, dataset summaries, reflections): generated from the chat
-  messages and charged as one call each, like prompttune's own proposer — greedily, or sampled
+  messages and charged as one call each (asking again for one text, temperature and seed is a
+  cache hit), like prompttune's own proposer — greedily, or sampled
   at the request's temperature when DSPy asks for one (MIPROv2's proposals at 1.0, COPRO's at
   1.4, GEPA's reflections). The k-th sample of an arm is drawn with a seed made of the arm seed
   and k, so the n samples DSPy asks for in one call differ, and a rerun draws the same texts.
