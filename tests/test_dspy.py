@@ -18,6 +18,7 @@ from prompttune.cli import main  # noqa: E402
 from prompttune.commands.compare import run_compare  # noqa: E402
 from prompttune.commands.export import export  # noqa: E402
 from prompttune.compare.arms import DSPY_ARMS  # noqa: E402
+from prompttune.compare.coverage import REACH  # noqa: E402
 from prompttune.core.errors import UserError  # noqa: E402
 from prompttune.core.types import Record  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
@@ -155,6 +156,9 @@ def test_gepa_feedback_names_gold_prediction_invalid_output_and_label_scores() -
 
 def test_dspy_settings_follow_dspy_and_the_cap() -> None:
     assert set(DSPY_ARMS) == set(DSPY_OPTIMIZERS)
+    for arm in DSPY_ARMS:  # the options same-space mode holds an arm with are options it takes
+        for options in REACH[arm].holds.values():
+            DSPY_OPTIMIZERS[arm](100_000, Sizes(1000, 300), dict(options))
     light = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {})
     assert light.valset_size == 100 and "auto='light'" in light.description and "10 trials" in light.description
     medium = DSPY_OPTIMIZERS["dspy-mipro"](5000, Sizes(1000, 300), {"auto": "medium", "valset_size": 300})
@@ -204,10 +208,11 @@ def test_the_cli_names_the_arm_its_minimum_and_the_cap(capsys, tmp_path: Path) -
                                 "valset); the cap is 100"
 
 
-def _arm(tmp_path: Path, arm: str, budget: int, backend_for=oracle_for, options: dict | None = None, **sizes):
+def _arm(tmp_path: Path, arm: str, budget: int, backend_for=oracle_for, options: dict | None = None,
+         mode: str = "same-space", **sizes):
     config = oracle_config(tmp_path, budget=budget, **sizes)
     backend = RecordingBackend(backend_for(config).inner)
-    result = run_compare(config, [arm], [0], {arm: options} if options else {}, backend=backend)
+    result = run_compare(config, [arm], [0], {arm: options} if options else {}, backend=backend, mode=mode)
     run = result.runs[0]
     # Held out and capped: the verdict scored test, the ledger never passed the cap, every check passed.
     assert run.search.calls <= budget and run.confirmation.n == config.test_size
@@ -249,7 +254,7 @@ def test_dspy_copro_samples_its_breadth_at_its_temperature(tmp_path: Path) -> No
 
 def test_dspy_simba_appends_demos_from_train_within_the_cap(tmp_path: Path) -> None:
     options = {"trainset_size": 40, "bsize": 16, "num_candidates": 3}
-    run, _, trials = _arm(tmp_path, "dspy-simba", 600, oracle_for, options, dev_size=40)
+    run, _, trials = _arm(tmp_path, "dspy-simba", 600, oracle_for, options, mode="native", dev_size=40)
     assert "max_steps=3" in run.notes[0] and len(trials) >= 2 and all(t["n"] == 40 for t in trials)
     assert any(t["demo_ids"] for t in trials)
 

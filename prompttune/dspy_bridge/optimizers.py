@@ -146,7 +146,8 @@ class Mipro(DspyArm):
         mode = f"auto='{o.auto}' (DSPy's default mode is 'light')" if o.auto else "auto=None"
         batches = f"minibatches of {batch}, full valset every {o.minibatch_full_eval_steps} trials" if minibatch \
             else "no minibatches"
-        return (f"MIPROv2 {mode}: {sets} demo sets, {instructions} proposed instructions, {trials} trials "
+        demos = "zero-shot" if zero_shot else f"{sets} demo sets"
+        return (f"MIPROv2 {mode}: {demos}, {instructions} proposed instructions, {trials} trials "
                 f"(MIPROv2's rule), valset {val} dev examples drawn with the arm seed, {batches}, "
                 f"≤ {o.max_demos} bootstrapped + {o.max_demos} labeled demos, proposals sampled at temperature "
                 f"1.0 with seeds from the arm seed (each sample charged), program-aware proposer "
