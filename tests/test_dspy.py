@@ -1,35 +1,51 @@
-"""The DSPy bridge: DSPy's calls are charged to the arm's ledger, the cap stops DSPy, and the
-program it chose is confirmed by prompttune like every other arm's winner."""
+"""The DSPy bridge: DSPy's calls are charged to the arm's ledger, the cap stops DSPy, each DSPy
+optimizer runs with the settings its documentation recommends (sized to the cap where DSPy leaves
+that open), and the program it chose is confirmed by prompttune like every other arm's winner."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 dspy = pytest.importorskip("dspy")
 
+from dspy.utils.exceptions import AdapterParseError  # noqa: E402
+
 from prompttune.backends.factory import build_backend  # noqa: E402
+from prompttune.cli import main  # noqa: E402
 from prompttune.commands.compare import run_compare  # noqa: E402
 from prompttune.commands.export import export  # noqa: E402
-from prompttune.compare.dspy_arm import exact_label, mipro_plan  # noqa: E402
+from prompttune.compare.arms import DSPY_ARMS  # noqa: E402
+from prompttune.compare.coverage import REACH  # noqa: E402
+from prompttune.core.errors import UserError  # noqa: E402
+from prompttune.core.types import Record  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
+from prompttune.dspy_bridge.optimizers import (  # noqa: E402
+    DSPY_OPTIMIZERS,
+    Sizes,
+    exact_label,
+    feedback_text,
+)
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.evaluation.cache import ResultCache  # noqa: E402
 from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
 from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
+from prompttune.optimizers.proposer import LABEL_CLAUSE  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
 from tests.support import (  # noqa: E402
-    CountingBackend,  # noqa: E402
+    CountingBackend,
+    colours_task_file,
     oracle_config,
     oracle_for,
     task_of,
 )
 
 
-def _bridge(tmp_path: Path, cap: int):
+def _bridge(tmp_path: Path, cap: int, seed: int = 0):
     config = oracle_config(tmp_path)
     task, backend, ledger = task_of(config), oracle_for(config), BudgetLedger(cap_calls=cap)
     visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
@@ -37,9 +53,21 @@ def _bridge(tmp_path: Path, cap: int):
                           MeteredCache(ResultCache(), ledger), ledger)
     base = default_space(task).default_candidate().spec
     mapping = ProgramMapping.build(base, task.input_fields, task.splits["train"], task.splits["dev"])
-    engine = MeteredEngine(evaluator)
+    engine = MeteredEngine(evaluator, seed=seed)
     lm = dspy.LM("prompttune/oracle", engine=engine, cache=False, num_retries=0, max_tokens=96)
     return task, backend, ledger, mapping, dspy.context(lm=lm, adapter=PromptSpecAdapter(mapping, engine))
+
+
+class RecordingBackend(CountingBackend):
+    """Counts requests and keeps every generation request (its temperature and seed)."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.generated = []
+
+    def generate(self, requests):
+        self.generated += requests
+        return super().generate(requests)
 
 
 def test_every_dspy_call_is_charged_and_the_cap_stops_dspy_evaluate(tmp_path: Path) -> None:
@@ -58,6 +86,33 @@ def test_every_dspy_call_is_charged_and_the_cap_stops_dspy_evaluate(tmp_path: Pa
     assert ledger.calls == backend.calls == 12
 
 
+def _samples(tmp_path: Path, seed: int, n: int = 3) -> tuple[list[str], BudgetLedger, CountingBackend]:
+    _, backend, ledger, _, context = _bridge(tmp_path / f"s{seed}", cap=50, seed=seed)
+    with context:
+        sampled = dspy.Predict("question -> answer", n=n, temperature=1.0)(question="Name a colour.")
+        greedy = [dspy.Predict("question -> answer")(question="Name a colour.").answer for _ in range(2)]
+    assert greedy[0] == greedy[1]  # asked twice, generated and charged once
+    return sampled.completions.answer, ledger, backend
+
+
+def test_sampled_proposals_are_seeded_distinct_and_each_one_charged(tmp_path: Path) -> None:
+    texts, ledger, backend = _samples(tmp_path, seed=0)
+    assert len(set(texts)) == 3  # DSPy's n samples of one request differ...
+    assert ledger.calls_by_kind["propose"] == backend.calls == 4  # ...each is charged, the greedy reply once
+    assert _samples(tmp_path, seed=0)[0] == texts  # the same arm seed draws the same texts
+    assert set(_samples(tmp_path, seed=1)[0]).isdisjoint(texts)  # another seed, other texts
+
+
+def test_a_proposal_is_cached_under_its_temperature_and_seed(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    backend, ledger = oracle_for(config), BudgetLedger()
+    evaluator = Evaluator(backend, {}, {}, MeteredCache(ResultCache(), ledger), ledger)
+    asks = [(0.0, 0), (1.0, 7), (1.0, 7), (1.0, 8), (1.4, 7), (0.0, 0)]
+    replies = [evaluator.propose("Write an instruction.", 32, temperature=t, seed=s) for t, s in asks]
+    assert backend.calls == ledger.calls == 4 and replies[1] == replies[2] and replies[0] == replies[5]
+    assert len({replies[1], replies[3], replies[4]}) == 3
+
+
 def test_a_program_and_its_promptspec_describe_the_same_prompt(tmp_path: Path) -> None:
     task, _, _, mapping, _ = _bridge(tmp_path, cap=1)
     demos = task.splits["train"][3:6]
@@ -68,12 +123,140 @@ def test_a_program_and_its_promptspec_describe_the_same_prompt(tmp_path: Path) -
     assert mapping.spec_of(mapping.program(mapping.base, [])) == mapping.base  # keeps its {labels}
 
 
-def test_mipro_settings_follow_the_cap() -> None:
-    lm = dspy.utils.DummyLM([])
-    assert "mode 'light'" in mipro_plan(lm, 2000, 300, 0, {}).description
-    small = mipro_plan(lm, 600, 60, 0, {})
-    assert "below light" in small.description and small.compile_kwargs["num_trials"] >= 1
-    assert mipro_plan(lm, 600, 60, 0, {"num_trials": 4}).compile_kwargs["num_trials"] == 4
+def test_a_dspy_instruction_that_drops_the_labels_gets_them_back(tmp_path: Path) -> None:
+    _, _, _, mapping, _ = _bridge(tmp_path, cap=1)
+    assert mapping.spec("Say which colour the item is.", []).instruction == \
+        "Say which colour the item is." + LABEL_CLAUSE
+    assert mapping.spec("Is it red, green or blue?", []).instruction == "Is it red, green or blue?"
+
+
+def test_a_reply_without_field_markers_fills_the_first_text_field(tmp_path: Path) -> None:
+    _, _, _, mapping, _ = _bridge(tmp_path, cap=1)
+    signature = dspy.Signature("basic_instruction -> proposed_instruction, proposed_prefix_for_output_field")
+    adapter = PromptSpecAdapter(mapping, None)
+    assert adapter.parse(signature, " Name the colour. ") == {"proposed_instruction": "Name the colour.",
+                                                              "proposed_prefix_for_output_field": ""}
+    with pytest.raises(AdapterParseError):  # not all text: no guessing
+        adapter.parse(dspy.Signature("question -> advice: dict[str, str]"), "be careful")
+
+
+def test_gepa_feedback_names_gold_prediction_invalid_output_and_label_scores() -> None:
+    labels = ("red", "green", "blue")
+
+    def record(pred, logprobs=None, text=None):
+        return Record("x", 1, pred, logprobs, text, 10, 1, False)
+
+    assert feedback_text(record(1), labels) == "Correct: the answer 'green' is the correct label."
+    wrong = feedback_text(record(2, (-2.0, -1.5, -0.2)), labels)
+    assert wrong.startswith("Wrong: the answer was 'blue', the correct label is 'green'.")
+    assert wrong.endswith("log-probabilities: blue -0.20, green -1.50, red -2.00.")
+    assert "output 'purple' names none of the labels (red, green, blue)" in feedback_text(record(None, None, "purple"),
+                                                                                           labels)
+
+
+def test_dspy_settings_follow_dspy_and_the_cap() -> None:
+    assert set(DSPY_ARMS) == set(DSPY_OPTIMIZERS)
+    for arm in DSPY_ARMS:  # the options same-space mode holds an arm with are options it takes
+        for options in REACH[arm].holds.values():
+            DSPY_OPTIMIZERS[arm](100_000, Sizes(1000, 300), dict(options))
+    light = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {})
+    assert light.valset_size == 100 and "auto='light'" in light.description and "10 trials" in light.description
+    medium = DSPY_OPTIMIZERS["dspy-mipro"](5000, Sizes(1000, 300), {"auto": "medium", "valset_size": 300})
+    assert medium.valset_size == 300 and "12 demo sets" in medium.description
+    with pytest.raises(UserError, match="auto=null needs both num_candidates and num_trials"):
+        DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"auto": None, "num_candidates": 4})
+    with pytest.raises(UserError, match="dspy-mipro: unknown option 'num_trails'"):
+        DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"num_trails": 4})
+    # BFRS: (n + 3) programs on a 100-example valset, n + 1 bootstraps of about 8 calls.
+    assert DSPY_OPTIMIZERS["dspy-bfrs"](1000, Sizes(1000, 300), {}).candidates == 6
+    assert DSPY_OPTIMIZERS["dspy-bfrs"](100_000, Sizes(1000, 300), {}).candidates == 16  # DSPy's default
+    # GEPA: metric calls plus one reflection per two minibatches of 3 stay within the cap.
+    gepa = DSPY_OPTIMIZERS["dspy-gepa"](1000, Sizes(1000, 300), {})
+    calls = gepa.metric_calls(1000)
+    assert calls == (2 * 3 * 1000 + 100) // 7 and calls + (calls - 100) // 6 <= 1000
+    copro = DSPY_OPTIMIZERS["dspy-copro"](1000, Sizes(1000, 300), {})
+    assert (copro.breadth, copro.depth) == (9, 1)  # DSPy's breadth 10 needs 1,009 calls at depth 1
+    roomy = DSPY_OPTIMIZERS["dspy-copro"](4000, Sizes(1000, 300), {})
+    assert (roomy.breadth, roomy.depth) == (10, 3)
+    assert DSPY_OPTIMIZERS["dspy-simba"](5000, Sizes(1000, 300), {}).steps == 8
+
+
+@pytest.mark.parametrize("arm,cap,message", [
+    ("dspy-copro", 200, "dspy-copro needs at least 201 calls (breadth 2, depth 1 on a 100-example valset); "
+                        "the cap is 200"),
+    ("dspy-gepa", 106, "dspy-gepa needs at least 107 calls (the seed program on a 100-example valset and one "
+                       "reflection on 3 train examples); the cap is 106"),
+    ("dspy-simba", 400, "dspy-simba needs at least 470 calls (1 step of 6 candidates on mini-batches of 32, "
+                        "validated on 100 train examples); the cap is 400"),
+])
+def test_an_arm_the_cap_cannot_pay_for_is_one_line_before_any_model_call(arm: str, cap: int, message: str,
+                                                                          tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, budget=cap, train_size=120, dev_size=150)
+    backend = oracle_for(config)
+    with pytest.raises(UserError) as error:
+        run_compare(config, ["random", arm], [0], {}, backend=backend)
+    assert str(error.value) == message and backend.calls == 0
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_cli_names_the_arm_its_minimum_and_the_cap(capsys, tmp_path: Path) -> None:
+    code = main(["compare", "--task", str(colours_task_file(tmp_path)), "--optimizers", "random,dspy-copro",
+                 "--budget", "100", "--train-size", "60", "--dev-size", "60", "--test-size", "60",
+                 "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "error: dspy-copro needs at least 121 calls (breadth 2, depth 1 on a 60-example " \
+                                "valset); the cap is 100"
+
+
+def _arm(tmp_path: Path, arm: str, budget: int, backend_for=oracle_for, options: dict | None = None,
+         mode: str = "same-space", **sizes):
+    config = oracle_config(tmp_path, budget=budget, **sizes)
+    backend = RecordingBackend(backend_for(config).inner)
+    result = run_compare(config, [arm], [0], {arm: options} if options else {}, backend=backend, mode=mode)
+    run = result.runs[0]
+    # Held out and capped: the verdict scored test, the ledger never passed the cap, every check passed.
+    assert run.search.calls <= budget and run.confirmation.n == config.test_size
+    assert all(check.status != "failed" for check in result.checks), [k for k in result.checks if not k.ok]
+    trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
+    return run, backend, trials
+
+
+def test_dspy_mipro_validates_on_a_drawn_valset_and_samples_its_proposals(tmp_path: Path) -> None:
+    def label_free(config):
+        oracle = oracle_for(config)
+        oracle.inner.proposals = lambda text: "Say which colour it is."
+        return oracle
+
+    run, backend, trials = _arm(tmp_path, "dspy-mipro", 500, label_free, train_size=100, dev_size=150)
+    assert trials and all(t["n"] == 100 for t in trials)  # 100 of the 150 dev examples, as light mode asks
+    sampled = [r for r in backend.generated if r.temperature == 1.0]
+    # Every proposal (dataset summary, instructions) was sampled at DSPy's 1.0, each with its own seed.
+    assert sampled == backend.generated and len({r.seed for r in sampled}) == len(sampled)
+    assert run.search.calls_by_kind["propose"] == len(sampled) > 3
+    proposed = [t["instruction"] for t in trials if t["instruction"] != run.baseline.instruction]
+    assert proposed and all(i.endswith(LABEL_CLAUSE) for i in proposed)  # the label list came back
+
+
+def test_dspy_gepa_reflects_on_feedback_within_the_cap(tmp_path: Path) -> None:
+    run, backend, trials = _arm(tmp_path, "dspy-gepa", 200, dev_size=40)
+    reflections = [r for r in backend.generated if "examples_with_feedback" in r.text]
+    assert reflections and all(r.temperature == 1.0 for r in reflections)
+    assert run.search.calls_by_kind["propose"] == len(backend.generated)
+    assert any("the correct label is" in r.text for r in reflections)  # the metric's feedback reached it
+    assert len(trials) >= 2 and "GEPA: max_metric_calls=177" in run.notes[0]
+
+
+def test_dspy_copro_samples_its_breadth_at_its_temperature(tmp_path: Path) -> None:
+    run, backend, trials = _arm(tmp_path, "dspy-copro", 300, dev_size=40)
+    assert [r.temperature for r in backend.generated] == [1.4] * 6  # breadth 7 = 6 samples + the baseline
+    assert len(trials) == 7 and run.search.calls == 7 * 40 + 6
+
+
+def test_dspy_simba_appends_demos_from_train_within_the_cap(tmp_path: Path) -> None:
+    options = {"trainset_size": 40, "bsize": 16, "num_candidates": 3}
+    run, _, trials = _arm(tmp_path, "dspy-simba", 600, oracle_for, options, mode="native", dev_size=40)
+    assert "max_steps=3" in run.notes[0] and len(trials) >= 2 and all(t["n"] == 40 for t in trials)
+    assert any(t["demo_ids"] for t in trials)
 
 
 def test_dspy_bfrs_arm_stopped_by_the_cap_keeps_its_best_full_dev_program(tmp_path: Path) -> None:
@@ -83,7 +266,7 @@ def test_dspy_bfrs_arm_stopped_by_the_cap_keeps_its_best_full_dev_program(tmp_pa
     assert run.stopped_by_budget and run.search.calls <= 150
     assert run.foreign_calls >= 50  # the zero-shot program is the baseline random already scored
     assert run.best_dev is not None and run.anytime and run.anytime[-1][1] == run.best_dev
-    assert run.confirmation.n == config.test_size and all(check.ok for check in result.checks)
+    assert run.confirmation.n == config.test_size and all(check.status != "failed" for check in result.checks)
     assert (run.run_dir / "dspy_program.json").is_file() and "stopped by the cap" in " ".join(run.notes)
 
 
@@ -99,6 +282,6 @@ def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, 
     assert run.stopped_by_budget and run.search.calls == 30 and run.best_dev is not None
     # One arm, fresh cache: every charged call reached the model; then baseline + winner on test.
     assert backend.calls == run.search.calls + run.confirm_calls
-    assert run.confirmation.n == 20 and all(check.ok for check in result.checks)
+    assert run.confirmation.n == 20 and all(check.status != "failed" for check in result.checks)
     written = export(run.run_dir, "dspy", tmp_path / "exported")
     assert [p.name for p in written] == ["program.json", "program.py"]

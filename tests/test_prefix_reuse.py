@@ -115,3 +115,15 @@ def test_token_bounds_are_what_scoring_reports_and_cap_what_generation_reports(b
     outs = backend.generate(generations)
     assert bounds == [o.prompt_tokens + r.max_new_tokens for o, r in zip(outs, generations)]
     assert all(o.prompt_tokens + o.completion_tokens <= bound for o, bound in zip(outs, bounds))
+
+
+def test_a_seeded_sample_depends_on_its_seed_alone(backend: TransformersBackend, task: Task) -> None:
+    """Sampled generation (DSPy's proposals at temperature 1.0) is deterministic per seed, whatever
+    else is in the call, and leaves the greedy requests beside it unchanged."""
+    [greedy] = _requests(backend, task, [default_space(task).default_candidate().spec], "generate", n=1)
+    text = greedy.text
+    drawn = backend.generate([greedy, GenerateRequest(text, 12, temperature=1.0, seed=1),
+                              GenerateRequest(text, 12, temperature=1.0, seed=2)])
+    [alone] = backend.generate([GenerateRequest(text, 12, temperature=1.0, seed=1)])
+    assert alone.text == drawn[1].text and drawn[1].text != drawn[2].text
+    assert drawn[0].text == backend.generate([greedy])[0].text

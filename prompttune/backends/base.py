@@ -48,7 +48,8 @@ class Backend(ABC):
 
     @abstractmethod
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        """Greedy decoding; one result per request, same order."""
+        """Greedy decoding, or seeded sampling where a request sets a temperature; one result per
+        request, same order."""
 
     def token_bounds(self, requests: Sequence[Request]) -> list[int] | None:
         """The most tokens each request can report (prompt and continuations, or prompt and

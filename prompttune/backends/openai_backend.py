@@ -285,8 +285,11 @@ class OpenAIBackend(Backend):
 
     async def _generate_one(self, request: GenerateRequest) -> GenerateResult:
         top = None if self.mode == "none" else 1
-        response = await self.http.post("/completions", self._next_token_body(request.text,
-                                                                           request.max_new_tokens, top))
+        body = self._next_token_body(request.text, request.max_new_tokens, top)
+        if request.temperature:
+            # The request's seed goes to the server: vLLM and llama.cpp sample deterministically per seed.
+            body |= {"temperature": request.temperature, "seed": request.seed}
+        response = await self.http.post("/completions", body)
         choice = response["choices"][0]
         token_logprobs = tuple(float(x) for x in ((choice.get("logprobs") or {}).get("token_logprobs") or []))
         usage = response.get("usage") or {}

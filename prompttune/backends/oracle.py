@@ -88,7 +88,16 @@ class SyntheticOracleBackend(Backend):
         return results
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        return [GenerateResult(self.proposals(r.text), (), len(r.text.split()), _GENERATED_TOKENS) for r in requests]
+        return [GenerateResult(self._reply(r), (), len(r.text.split()), _GENERATED_TOKENS) for r in requests]
+
+    def _reply(self, request: GenerateRequest) -> str:
+        """The proposal for the text; a sampled request's is marked with a draw that only
+        (text, temperature, seed) decide, so distinct seeds give distinct texts."""
+        text = self.proposals(request.text)
+        if not request.temperature:
+            return text
+        draw = _unit(request.text, self.seed, str(request.temperature), str(request.seed), "sample")
+        return f"{text} (draw {draw:.6f})"
 
     def token_bounds(self, requests: Sequence[Request]) -> list[int]:
         """Exactly what `score` and `generate` will report: words of the prompt, plus one per

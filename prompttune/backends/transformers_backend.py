@@ -290,7 +290,10 @@ class TransformersBackend(Backend):
         results: list[GenerateResult | None] = [None] * len(requests)
         by_budget: dict[int, list[int]] = {}
         for i, r in enumerate(requests):
-            by_budget.setdefault(r.max_new_tokens, []).append(i)
+            if r.temperature:
+                results[i] = self._sample(prompts[i], r)
+            else:
+                by_budget.setdefault(r.max_new_tokens, []).append(i)
         for max_new, budget_members in by_budget.items():
             hints = [requests[i].prefix for i in budget_members]
             for shared, group in self._prefix_groups(hints, [prompts[i] for i in budget_members]):
@@ -304,9 +307,17 @@ class TransformersBackend(Backend):
                         results[members[b]] = result
         return [r for r in results if r is not None]
 
+    def _sample(self, prompt: list[int], request: GenerateRequest) -> GenerateResult:
+        """One seeded draw at the request's temperature (no top-k or top-p cut), alone in its batch
+        and on a forked random state: the seed alone decides the text, whatever else is asked."""
+        with torch.random.fork_rng(devices=[] if self.device == "cpu" else None):
+            torch.manual_seed(request.seed)
+            return self._generate_batch([prompt], request.max_new_tokens, 0, None, request.temperature)[0]
+
     def _generate_batch(self, rows: list[list[int]], max_new: int, shared: int,
-                        kv: KV | None) -> list[GenerateResult]:
-        """Greedy decoding of full prompts `rows` whose first `shared` tokens are cached in `kv`."""
+                        kv: KV | None, temperature: float = 0.0) -> list[GenerateResult]:
+        """Decoding of full prompts `rows` whose first `shared` tokens are cached in `kv`: greedy,
+        or sampled at `temperature` from the torch random state."""
         ids, mask = self._left_pad([r[shared:] for r in rows])
         prefill = int(mask.sum())
         extra: dict = {}
@@ -316,9 +327,11 @@ class TransformersBackend(Backend):
             extra = {self._cache_arg: self._cache(kv, len(rows))}
         width, pad = ids.shape[1], self.tokenizer.pad_token_id
         with torch.inference_mode():
+            decoding = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature \
+                else {"do_sample": False}
             out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
-                                      do_sample=False, output_scores=True, return_dict_in_generate=True,
-                                      pad_token_id=pad, **extra)
+                                      output_scores=True, return_dict_in_generate=True,
+                                      pad_token_id=pad, **decoding, **extra)
         self.tokens_processed += prefill + len(rows) * (len(out.scores) - 1)
         scores = self.model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
         results = []

@@ -84,7 +84,8 @@ class VLLMBackend(Backend):
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]
-        params = [self._vllm.SamplingParams(max_tokens=r.max_new_tokens, temperature=0.0, logprobs=0)
+        params = [self._vllm.SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature,
+                                            seed=r.seed if r.temperature else None, logprobs=0)
                   for r in requests]
         results = []
         for prompt, out in zip(prompts, self.llm.generate(prompts, params, use_tqdm=False)):

@@ -117,7 +117,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     console = console or Console(stderr=True)
     if match == "tokens" and config.budget_tokens is None:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
-    check_arms(arms, options)
+    check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     task = load_run_task(config)
@@ -216,5 +216,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                               "search tokens (--budget-tokens, required; --budget is then what optimizers plan "
                               "with and a ceiling: set it above what the token cap buys)")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
-                         help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
+                         help="optimizer option, e.g. sh.eta=3 or dspy-mipro.auto=medium (repeatable)")
     compare.set_defaults(handler=_compare)

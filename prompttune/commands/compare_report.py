@@ -103,13 +103,14 @@ def _dspy_section(comparison: "Comparison") -> list[str]:
         return []
     lines = ["## How the DSPy arms ran", "",
              "DSPy 3.4's `dspy.LM` ran on a custom engine (`MeteredEngine`) over the shared model: every "
-             "call DSPy made — bootstrapping, instruction proposals, evaluations — was charged to the "
+             "call DSPy made — bootstrapping, proposals, reflections, evaluations — was charged to the "
              "arm's ledger, and the cap stopped DSPy with an exception that its optimizers do not "
              "swallow. Classification calls were rendered and label-scored by prompttune (the "
              "`PromptSpecAdapter`: the program's instruction and demos on the baseline's format), because "
              "a small model rarely follows DSPy's `[[ ## field ## ]]` reply protocol; the chosen program "
              "was converted to a PromptSpec and confirmed on test exactly like every other arm. DSPy has "
-             "no call budget of its own, so its settings were derived from the cap:", ""]
+             "no call budget of its own, so each arm kept the settings DSPy recommends and sized the rest to "
+             "the cap:", ""]
     for run in runs:
         lines.append(f"- `{run.arm}` seed {run.seed}: " + " ".join(run.notes))
     return lines + [""]

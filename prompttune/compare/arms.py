@@ -21,22 +21,15 @@ from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 
-DSPY_ARMS = ("dspy-mipro", "dspy-bfrs")
-DSPY_NOT_OFFERED = {
-    "dspy-copro": "COPRO draws its candidate instructions as n samples at temperature 1.4, and prompttune's "
-                  "backends decode greedily, so every candidate would be the same",
-    "dspy-gepa": "GEPA needs a textual-feedback metric and a reflection model that follows its reply format; "
-                 "that bridge is not built yet",
-}
+DSPY_ARMS = ("dspy-mipro", "dspy-bfrs", "dspy-gepa", "dspy-copro", "dspy-simba")  # dspy_bridge.optimizers
 
 
-def check_arms(arms: list[str], options: dict[str, dict[str, Any]]) -> None:
-    """Unknown or infeasible names, and bad options, fail before any model is loaded."""
+def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunConfig) -> None:
+    """Unknown names, bad options and DSPy arms the cap cannot pay for fail before any model is
+    loaded (a DSPy arm is sized with the configured split sizes; the drawn ones are checked again)."""
     for arm in arms:
         if arm in OPTIMIZERS:
             checked_optimizer(arm, options.get(arm, {}))
-        if arm in DSPY_NOT_OFFERED:
-            raise UserError(f"{arm} is not offered: {DSPY_NOT_OFFERED[arm]}")
         if arm not in OPTIMIZERS and arm not in DSPY_ARMS:
             raise UserError(f"unknown optimizer {arm!r}; choose from "
                             f"{', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
@@ -46,6 +39,10 @@ def check_arms(arms: list[str], options: dict[str, dict[str, Any]]) -> None:
         from prompttune.dspy_bridge import require_dspy
 
         require_dspy(", ".join(arm for arm in arms if arm in DSPY_ARMS))
+        from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, Sizes
+
+        for arm in (arm for arm in arms if arm in DSPY_ARMS):
+            DSPY_OPTIMIZERS[arm](config.budget, Sizes(config.train_size, config.dev_size), options.get(arm, {}))
 
 
 @dataclass

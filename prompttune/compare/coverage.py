@@ -59,6 +59,9 @@ REACH: dict[str, Reach] = {
     "p2g": Reach(writes=(INSTRUCTION,)),
     "dspy-mipro": Reach(writes=(INSTRUCTION, DEMOS), holds={DEMOS: {"max_demos": 0}}),
     "dspy-bfrs": Reach(writes=(DEMOS,)),
+    "dspy-gepa": Reach(writes=(INSTRUCTION,)),
+    "dspy-copro": Reach(writes=(INSTRUCTION,)),
+    "dspy-simba": Reach(writes=(INSTRUCTION, DEMOS), holds={DEMOS: {"max_demos": 0}}),
 }
 
 

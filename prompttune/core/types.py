@@ -48,11 +48,15 @@ class ScoreResult:
 
 @dataclass(frozen=True)
 class GenerateRequest:
-    """Greedy continuation of `text`; `prefix` is the same sharing hint as in ScoreRequest."""
+    """Continuation of `text`: greedy at `temperature` 0, else sampled with `seed`, so that one
+    (text, temperature, seed) always yields one text and a cache may key on them; `prefix` is the
+    same sharing hint as in ScoreRequest."""
 
     text: str
     max_new_tokens: int
     prefix: str = ""
+    temperature: float = 0.0
+    seed: int = 0
 
 
 @dataclass(frozen=True)

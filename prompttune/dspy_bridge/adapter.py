@@ -5,8 +5,10 @@ a 135M-parameter model rarely follows; every miss would cost a JSONAdapter retry
 failed example. For the task's classification signature this adapter instead hands the
 engine a PromptSpec (the program's instruction and demos on the baseline's format) and takes
 the label the evaluator scores as the answer — the same rendering and scoring the other arms
-get. Other signatures (DSPy's instruction proposer) keep ChatAdapter, and when a reply to a
-single-text-output signature has no field markers, the whole reply is taken as that field.
+get. Other signatures (instruction proposers, GEPA's reflection, SIMBA's advice) keep
+ChatAdapter; when a reply to a signature whose outputs are all text misses the field markers,
+what it parsed is kept, the whole reply stands for a missing first field and other missing
+fields stay empty — instead of a JSONAdapter retry that a small model fails again.
 """
 
 from __future__ import annotations
@@ -33,9 +35,7 @@ class PromptSpecAdapter(dspy.ChatAdapter):
             return super().__call__(lm, lm_kwargs, signature, demos, inputs)
         # Label scoring is deterministic, so sampling options (temperature, n) do not apply.
         example_id = self.mapping.example_id(inputs)
-        spec = self.mapping.spec(signature.instructions, demos)
-        spec = spec.with_updates(demo_ids=tuple(i for i in spec.demo_ids if i != example_id))
-        text = self.engine.expect(spec, example_id)
+        text = self.engine.expect(self.mapping.spec(signature.instructions, demos), example_id)
         try:
             response = lm(Request(model=lm.model, messages=(Message.user(text),)))
         finally:
@@ -45,8 +45,10 @@ class PromptSpecAdapter(dspy.ChatAdapter):
     def parse(self, signature: type[dspy.Signature], completion: str) -> dict[str, Any]:
         try:
             return super().parse(signature, completion)
-        except AdapterParseError:
+        except AdapterParseError as error:
             fields = signature.output_fields
-            if len(fields) != 1 or next(iter(fields.values())).annotation is not str:
+            if any(field.annotation is not str for field in fields.values()):
                 raise
-            return {next(iter(fields)): completion.strip()}
+            parsed = error.parsed_result or {}
+            first = next(iter(fields))
+            return {name: parsed.get(name) or (completion.strip() if name == first else "") for name in fields}

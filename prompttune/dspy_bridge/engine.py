@@ -6,8 +6,12 @@
 - classification queries, which `PromptSpecAdapter` registered with `expect` (spec + example
   id): they are scored by the arm's `Evaluator` — same rendering, scoring method, cache view
   and ledger as every prompttune arm — and answered with the predicted label word;
-- anything else (instruction proposals, dataset summaries): generated greedily from the chat
-  messages and charged as one call each, like prompttune's own proposer.
+- anything else (instruction proposals, dataset summaries, reflections): generated from the chat
+  messages and charged as one call each (asking again for one text, temperature and seed is a
+  cache hit), like prompttune's own proposer — greedily, or sampled
+  at the request's temperature when DSPy asks for one (MIPROv2's proposals at 1.0, COPRO's at
+  1.4, GEPA's reflections). The k-th sample of an arm is drawn with a seed made of the arm seed
+  and k, so the n samples DSPy asks for in one call differ, and a rerun draws the same texts.
 
 When a request would pass the cap the engine raises `BudgetStop`, a BaseException: DSPy's
 optimizers catch `Exception` around single examples and proposals and would otherwise carry on
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_events
 
 from prompttune.core.errors import BudgetExhausted
@@ -32,24 +37,32 @@ class BudgetStop(BaseException):
     """The arm's cap is reached; caught by the arm, which keeps the best program seen so far."""
 
 
+def _without(spec: PromptSpec, example_id: str) -> PromptSpec:
+    """The spec a query on `example_id` runs: a program's spec less that example among its demos
+    (DSPy hands a train example its own trace as a demo when it scores on the train split)."""
+    return spec.with_updates(demo_ids=tuple(i for i in spec.demo_ids if i != example_id))
+
+
 def _text(message: Message) -> str:
     return "".join(getattr(part, "text", "") for part in message.parts)
 
 
 class MeteredEngine:
     def __init__(self, evaluator: Evaluator, observe: Observer | None = None,
-                 max_new_tokens: int = 96) -> None:
+                 max_new_tokens: int = 1024, seed: int = 0) -> None:
         self.evaluator = evaluator
         self.observe = observe
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_new_tokens  # a ceiling on what any request may ask for
+        self.seed = seed
+        self.samples = 0  # sampled generations asked for so far (each one charged unless cached)
         self._expected: dict[str, tuple[PromptSpec, str]] = {}
 
     def expect(self, spec: PromptSpec, example_id: str) -> str:
-        """Register a classification query; returns the request content that stands for it
-        (the exact model input, so DSPy's history shows what the model saw)."""
+        """Register a classification query of a program's spec; returns the request content that
+        stands for it (the exact model input, so DSPy's history shows what the model saw)."""
         ev = self.evaluator
-        prompt = render(spec, ev.examples[example_id], select_demos(spec, ev.demo_pool))
-        text = ev.backend.to_text(prompt)
+        query = _without(spec, example_id)
+        text = ev.backend.to_text(render(query, ev.examples[example_id], select_demos(query, ev.demo_pool)))
         self._expected[text] = (spec, example_id)
         return text
 
@@ -69,8 +82,12 @@ class MeteredEngine:
         return Response(id=None, model=request.model, message=Message.assistant([TextPart(answer)]),
                         finish_reason="stop", usage=usage)
 
+    def record(self, spec: PromptSpec, example_id: str) -> Record:
+        """What a program's spec did on one example: read from the cache once asked (free)."""
+        return self.evaluator.evaluate(_without(spec, example_id), [example_id])[0]
+
     def _classify(self, spec: PromptSpec, example_id: str) -> str:
-        record = self.evaluator.evaluate(spec, [example_id])[0]
+        record = self.record(spec, example_id)
         if self.observe:
             self.observe(spec, record)
         return spec.label_words[record.pred] if record.pred is not None else (record.text or "")
@@ -82,7 +99,13 @@ class MeteredEngine:
         turns += [("assistant" if m.role == "assistant" else "user", _text(m)) for m in request.messages]
         text = self.evaluator.backend.to_text(Prompt(messages=tuple(turns)))
         limit = min(request.config.max_tokens or self.max_new_tokens, self.max_new_tokens)
-        return self.evaluator.propose(text, max_new_tokens=limit)
+        temperature = request.config.temperature or 0.0
+        return self.evaluator.propose(text, max_new_tokens=limit, temperature=temperature,
+                                      seed=self._draw_seed() if temperature else 0)
+
+    def _draw_seed(self) -> int:
+        self.samples += 1
+        return int(np.random.SeedSequence((self.seed, self.samples)).generate_state(1)[0])
 
     def stream(self, request: Request):
         return response_to_events(self.complete(request))

@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 import dspy
 
 from prompttune.core.types import Example
+from prompttune.optimizers.proposer import with_label_list
 from prompttune.search_spaces.prompt import PromptSpec
 
 OUTPUT_FIELD = "label"
@@ -70,8 +71,11 @@ class ProgramMapping:
 
     def spec(self, instructions: str, demos: Sequence[Mapping[str, Any]]) -> PromptSpec:
         """The PromptSpec a program's predictor stands for. The untouched starting instruction maps
-        back to the baseline's own (it may hold `{labels}`, which DSPy saw expanded)."""
-        instruction = self.base.instruction if instructions == self.signature.instructions else instructions
+        back to the baseline's own (it may hold `{labels}`, which DSPy saw expanded); any other
+        gets the label-list repair prompttune's own proposals get, so no DSPy instruction loses
+        the label set."""
+        instruction = self.base.instruction if instructions == self.signature.instructions \
+            else with_label_list(instructions, self.base.label_words)
         demo_ids = tuple(dict.fromkeys(self.train[_key(d, self.input_fields)] for d in demos))
         return self.base.with_updates(instruction=instruction, demo_ids=demo_ids)
 

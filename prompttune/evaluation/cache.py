@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -15,32 +16,42 @@ def cache_key(*parts: Any) -> str:
 
 
 class ResultCache:
-    """Key → JSON value in one SQLite file; share the file across runs to reuse outputs."""
+    """Key → JSON value in one SQLite file; share the file across runs to reuse outputs.
+
+    Any thread may use it, one at a time (a lock serialises them): DSPy's GEPA evaluates
+    candidates in a worker thread while the thread that opened the cache waits.
+    """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(path), timeout=60)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.commit()
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
         found: dict[str, Any] = {}
-        for start in range(0, len(keys), 500):
-            chunk = keys[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for key, value in self._db.execute(f"SELECT key, value FROM results WHERE key IN ({marks})", chunk):
-                found[key] = json.loads(value)
+        with self._lock:
+            for start in range(0, len(keys), 500):
+                chunk = keys[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for key, value in self._db.execute(f"SELECT key, value FROM results WHERE key IN ({marks})",
+                                                   chunk):
+                    found[key] = json.loads(value)
         return found
 
     def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
-        self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)",
-                             [(k, json.dumps(v)) for k, v in items])
-        self._db.commit()
+        rows = [(k, json.dumps(v)) for k, v in items]
+        with self._lock:
+            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", rows)
+            self._db.commit()
 
     def __len__(self) -> int:
-        return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+        with self._lock:
+            return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()

@@ -150,10 +150,17 @@ class Evaluator:
         keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
         return examples, keys, [ScoreRequest(t, tuple(c), prefix) for t, c in zip(texts, conts)]
 
-    def propose(self, text: str, max_new_tokens: int = 128) -> str:
-        """A proposer/critic call (instruction writing): charged like any other model call."""
-        request = GenerateRequest(text, max_new_tokens)
-        self.ledger.reserve_requests(self.backend, [request], "propose")
-        out = self.backend.generate([request])[0]
-        self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
-        return out.text
+    def propose(self, text: str, max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0) -> str:
+        """A proposer/critic call (instruction writing), greedy or a seeded sample: charged like any
+        other model call, and cached like one, since (text, temperature, seed) decide the reply."""
+        key = cache_key(self.backend.model_id, "propose", max_new_tokens, temperature, seed, text)
+        found = self.cache.get_many([key])
+        if key not in found:
+            request = GenerateRequest(text, max_new_tokens, temperature=temperature, seed=seed)
+            self.ledger.reserve_requests(self.backend, [request], "propose")
+            out = self.backend.generate([request])[0]
+            self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
+            found[key] = {"text": out.text, "prompt_tokens": out.prompt_tokens,
+                          "completion_tokens": out.completion_tokens}
+            self.cache.put_many([(key, found[key])])
+        return found[key]["text"]

@@ -38,14 +38,20 @@ def clean_instruction(text: str) -> str:
 LABEL_CLAUSE = " Answer with one of: {labels}."
 
 
-def checked_instruction(text: str, label_words: Sequence[str]) -> str | None:
-    """The proposal if usable, else None: 3+ words, at most 600 characters, and it keeps the
-    label set — a proposal that names neither `{labels}` nor every label word gets the
-    `{labels}` clause appended, because small proposers drop placeholders yet write usable text."""
-    text = clean_instruction(text)
-    if len(text.split()) < 3 or len(text) > 600:
-        return None
+def with_label_list(text: str, label_words: Sequence[str]) -> str:
+    """The instruction, keeping the label set: one that names neither `{labels}` nor every label
+    word gets the `{labels}` clause appended, because small proposers drop placeholders yet write
+    usable text."""
     lowered = text.lower()
     if "{labels}" in text or all(word.lower() in lowered for word in label_words):
         return text
     return text.rstrip() + LABEL_CLAUSE
+
+
+def checked_instruction(text: str, label_words: Sequence[str]) -> str | None:
+    """The proposal if usable, else None: 3+ words, at most 600 characters, and it keeps the
+    label set (`with_label_list`)."""
+    text = clean_instruction(text)
+    if len(text.split()) < 3 or len(text) > 600:
+        return None
+    return with_label_list(text, label_words)
