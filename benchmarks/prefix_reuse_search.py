@@ -1,7 +1,8 @@
 """One whole search before and after shared-prefix reuse: wall time, and whether the result is the same.
 
 Runs `optimize` twice in this process with the same config and seed (default: mipro on agnews,
-budget 2000, the default splits), first with the transformers backend's full-prompt path
+budget 2000, the default splits; budget for a long first run: benchmarks/throughput.py measured
+the full-prompt path at 2.2 prompts/s on 4-demo prompts in fp32 on 2 CPU cores), first with the transformers backend's full-prompt path
 (`prefix_reuse=False`), then with prefix reuse, each with its own empty cache, and prints the wall
 time of each search and verdict, the speed-up, and whether the trials (candidates, dev scores),
 the dev winner, what ships and the verdict agree. Run it alone on the machine: its figures are
@@ -38,9 +39,10 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--test-size", type=int, default=1000, help="the verdict's examples (calls: twice this)")
     args = parser.parse_args()
     config = RunConfig(task=args.task, optimizer=args.optimizer, budget=args.budget, dtype=args.dtype,
-                       seed=args.seed)
+                       seed=args.seed, test_size=args.test_size)
     results: dict[bool, RunResult] = {}
     with tempfile.TemporaryDirectory() as runs_dir:
         for reuse in (False, True):

@@ -170,7 +170,7 @@ def dspy_table(url: str, reference: TransformersBackend, task: Task, args: argpa
     print(f"\nDSPy {dspy.__version__} Evaluate via dspy.LM → {url} ({served}), "
           f"{args.dspy_threads} threads, ChatAdapter")
     print(f"{'workload':<18}{'path':<8}{'prompts/s':>10}{'accuracy':>10}")
-    for demos in (0, 4, 8):
+    for demos in (int(d) for d in args.dspy_demos.split(",")):
         name = f"score {demos}-demo"
         if args.only not in name:
             continue
@@ -201,6 +201,8 @@ def main() -> None:
     parser.add_argument("--llama-server", action="store_true",
                         help="start llama.cpp's server on the embedded GGUF and time it and DSPy Evaluate")
     parser.add_argument("--dspy-threads", type=int, default=4, help="dspy.Evaluate num_threads")
+    parser.add_argument("--dspy-demos", default="0",
+                        help="demo counts for the DSPy rows (about 10 s an example here, so zero-shot only by default)")
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                         help="cpu: rates per CPU second of this process (fair on a shared machine)")
     args = parser.parse_args()
