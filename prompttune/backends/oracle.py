@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 from statistics import NormalDist
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
@@ -74,6 +74,10 @@ class SyntheticOracleBackend(Backend):
         shared = z(_unit(example.id, self.seed, "difficulty"))
         return _NORMAL.cdf(math.sqrt(self.rho) * shared + math.sqrt(1 - self.rho) * z(own))
 
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Exact, in the oracle's own units: a prompt costs its words, a label continuation one token."""
+        return [1 if continuation else len(text.split()) for text in texts]
+
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = []
         for r in requests:
@@ -87,4 +91,5 @@ class SyntheticOracleBackend(Backend):
         return results
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        return [GenerateResult(self.proposals(r.text), (), len(r.text.split()), 8) for r in requests]
+        return [GenerateResult(self.proposals(r.text), (), len(r.text.split()), min(8, r.max_new_tokens))
+                for r in requests]

@@ -11,9 +11,9 @@ single-token labels cost one request per prompt.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
-from prompttune.backends.base import Backend, apply_chat_template
+from prompttune.backends.base import Backend, apply_chat_template, tokenizer_counts
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
@@ -55,6 +55,10 @@ class VLLMBackend(Backend):
 
     def to_text(self, prompt: Prompt) -> str:
         return apply_chat_template(self.tokenizer, prompt)
+
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""
+        return tokenizer_counts(self.tokenizer, texts, continuation)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids

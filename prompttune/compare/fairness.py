@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
@@ -56,6 +56,9 @@ class LeakWatch(Backend):
 
     def to_text(self, prompt: Prompt) -> str:
         return self.inner.to_text(prompt)
+
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        return self.inner.count_tokens(texts, continuation)
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         self.flags += [self._quotes_test(r.text) for r in requests]

@@ -7,7 +7,7 @@
   id): they are scored by the arm's `Evaluator` — same rendering, scoring method, cache view
   and ledger as every prompttune arm — and answered with the predicted label word;
 - anything else (instruction proposals, dataset summaries): generated greedily from the chat
-  messages and charged as one call each, like prompttune's own proposer.
+  messages by prompttune's own proposer: cached, and charged as one call each.
 
 When a request would pass the cap the engine raises `BudgetStop`, a BaseException: DSPy's
 optimizers catch `Exception` around single examples and proposals and would otherwise carry on
@@ -23,6 +23,7 @@ from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_e
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import Prompt, Record
 from prompttune.evaluation.evaluator import Evaluator
+from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 
 Observer = Callable[[PromptSpec, Record], None]
@@ -40,6 +41,7 @@ class MeteredEngine:
     def __init__(self, evaluator: Evaluator, observe: Observer | None = None,
                  max_new_tokens: int = 96) -> None:
         self.evaluator = evaluator
+        self.proposer = Proposer(evaluator.backend, evaluator.meter)
         self.observe = observe
         self.max_new_tokens = max_new_tokens
         self._expected: dict[str, tuple[PromptSpec, str]] = {}
@@ -82,7 +84,7 @@ class MeteredEngine:
         turns += [("assistant" if m.role == "assistant" else "user", _text(m)) for m in request.messages]
         text = self.evaluator.backend.to_text(Prompt(messages=tuple(turns)))
         limit = min(request.config.max_tokens or self.max_new_tokens, self.max_new_tokens)
-        return self.evaluator.propose(text, max_new_tokens=limit)
+        return self.proposer.complete(text, limit)
 
     def stream(self, request: Request):
         return response_to_events(self.complete(request))

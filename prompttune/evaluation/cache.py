@@ -39,6 +39,14 @@ class ResultCache:
                              [(k, json.dumps(v)) for k, v in items])
         self._db.commit()
 
+    def unpaid(self, keys: list[str]) -> list[str]:
+        """Hits the reading run must pay for: none, because a run reads only its own private cache
+        directly (a shared one, or the one a resumed run inherits, goes through `MeteredCache`)."""
+        return []
+
+    def mark_paid(self, keys: list[str]) -> None:
+        """Nothing to remember (see `unpaid`)."""
+
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
 

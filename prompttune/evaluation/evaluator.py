@@ -1,4 +1,4 @@
-"""The one place where prompts meet the model: render → cache → ledger → backend → outputs.
+"""Where prompts meet the model: render → `Meter` (cache → ledger → backend) → outputs.
 
 `outputs` returns what the model said; `evaluate` turns that into per-example records through
 the evaluator's prediction method (`prediction.py`), so every method shares cache and ledger.
@@ -7,6 +7,7 @@ the evaluator's prediction method (`prediction.py`), so every method shares cach
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from typing import Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend
@@ -14,6 +15,8 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
 from prompttune.evaluation.cache import ResultCache, cache_key
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.evaluation.metering import Meter, generate_values, score_values
 from prompttune.evaluation.prediction import Scoring, make_predictor
 from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
@@ -55,13 +58,14 @@ class Evaluator:
     """
 
     def __init__(self, backend: Backend, examples: Mapping[str, Example], demo_pool: Mapping[str, Example],
-                 cache: ResultCache, ledger: BudgetLedger, scoring: Scoring | str = "logit",
+                 cache: ResultCache | MeteredCache, ledger: BudgetLedger, scoring: Scoring | str = "logit",
                  max_new_tokens: int = 16, cot_max_new_tokens: int = 128) -> None:
         self.backend = backend
         self.examples = examples
         self.demo_pool = demo_pool
         self.cache = cache
         self.ledger = ledger
+        self.meter = Meter(cache, ledger)
         self.scoring = scoring
         self.predictor = make_predictor(scoring, self)
         self.max_new_tokens = max_new_tokens
@@ -83,7 +87,8 @@ class Evaluator:
     def outputs(self, spec: PromptSpec, example_ids: Sequence[str], mode: Mode,
                 continuations: Sequence[tuple[str, ...]] | None = None,
                 kind: str | None = None) -> list[Output]:
-        """Model outputs, one per example: cached ones are free, the rest are charged first.
+        """Model outputs, one per example, through the run's `Meter` (see `metering.py` for what is
+        charged, and when).
 
         `score` teacher-forces the label continuations, or `continuations[i]` for example i
         when given; `generate` decodes greedily. `kind` names the calls in the ledger.
@@ -101,25 +106,9 @@ class Evaluator:
             examples += query_examples
             keys += query_keys
             requests += query_requests
-        found = self.cache.get_many(keys)
-        missing = [i for i, k in enumerate(keys) if k not in found]
-        if missing:
-            self.ledger.reserve(len(missing), kind or mode)
-            if mode == "generate":
-                outs = self.backend.generate([requests[i] for i in missing])
-                values = [{"text": o.text, "prompt_tokens": o.prompt_tokens,
-                           "completion_tokens": o.completion_tokens} for o in outs]
-            else:
-                scores = self.backend.score([requests[i] for i in missing])
-                values = [{"logprobs": list(o.logprobs), "prompt_tokens": o.prompt_tokens,
-                           "completion_tokens": o.completion_tokens} for o in scores]
-            self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values),
-                                   sum(v["completion_tokens"] for v in values))
-            new = {keys[i]: v for i, v in zip(missing, values)}
-            self.cache.put_many(new.items())
-            found.update(new)
-        fresh = set(missing)
-        flat = [_output(ex, found[k], cached=i not in fresh) for i, (ex, k) in enumerate(zip(examples, keys))]
+        compute = partial(generate_values if mode == "generate" else score_values, self.backend)
+        values, cached = self.meter.run(keys, kind or mode, requests, self.backend.token_bounds, compute)
+        flat = [_output(ex, value, hit) for ex, value, hit in zip(examples, values, cached)]
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
         return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
 
@@ -144,10 +133,3 @@ class Evaluator:
             raise ValueError(f"{len(conts)} continuation sets for {len(examples)} examples")
         keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
         return examples, keys, [ScoreRequest(t, tuple(c), prefix) for t, c in zip(texts, conts)]
-
-    def propose(self, text: str, max_new_tokens: int = 128) -> str:
-        """A proposer/critic call (instruction writing): charged like any other model call."""
-        self.ledger.reserve(1, "propose")
-        out = self.backend.generate([GenerateRequest(text, max_new_tokens)])[0]
-        self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
-        return out.text
