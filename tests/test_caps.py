@@ -91,6 +91,7 @@ def test_a_tight_token_cap_is_never_passed(tmp_path: Path, optimizer: str) -> No
     assert result.outcome.stopped_by_budget and ledger.calls < config.budget  # the token cap stopped it
     assert ledger.tokens <= cap and ledger.reserved_tokens == 0
     assert all(t["tokens_spent"] <= cap for t in JsonlStorage(result.run_dir / "trials.jsonl").load())
+    assert f"of the token cap {cap}; stopped by the cap" in (result.run_dir / "report.md").read_text()
     if optimizer == "mipro":
         assert ledger.calls_by_kind["propose"] > 0
 
