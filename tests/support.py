@@ -3,6 +3,7 @@ the requests reaching it, and synthetic-oracle problems with known answers (test
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -44,6 +45,9 @@ class CountingBackend(Backend):
 
     def to_text(self, prompt):
         return self.inner.to_text(prompt)
+
+    def count_tokens(self, texts, continuation=False):
+        return self.inner.count_tokens(texts, continuation)
 
     def score(self, requests: list[ScoreRequest]):
         self.calls += len(requests)
@@ -109,7 +113,7 @@ def run_oracle(optimizer: str, budget: int, seed: int = 0, sizes: SplitSizes = S
     space = (space or oracle_space()).bind(task.splits["train"])
     context = SearchContext(space, list(train), [e.id for e in task.splits["dev"]], 3, seed=seed,
                             budget=budget, options=options or {}, accept_rule=AcceptRule(alpha=dev_alpha))
-    opt = get_optimizer(optimizer)(context, Proposer(backend, ledger))
+    opt = get_optimizer(optimizer)(context, Proposer(backend, evaluator.meter))
     storage = InMemoryStorage()
     outcome = run_search(opt, evaluator, storage)
     test = task.splits["test"]
@@ -149,13 +153,19 @@ def error_rate_accuracy(delta: float, base: float = 0.6):
     return lambda text: base + delta if is_better(text) else base
 
 
+def critique(text: str) -> str:
+    """A scripted critic's answer that depends on what it was shown, as a real model's does: proposer
+    calls are cached by prompt, so a constant critique would make every edit prompt alike."""
+    return f"Mention the colour list explicitly (note {hashlib.sha256(text.encode()).hexdigest()[:6]})."
+
+
 def error_rate_proposer():
     """Scripted proposer: critiques and summaries, word lists, and instructions of which one in three is good."""
     turn = [0]
 
     def propose(text: str) -> str:
         if "In one sentence" in text or "Describe in one sentence" in text:
-            return "Mention the colour list explicitly."
+            return critique(text)
         if "single words" in text:
             return "shade, tint"
         turn[0] += 1

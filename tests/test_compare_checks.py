@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from prompttune.backends.base import Backend
 from prompttune.cli import main
 from prompttune.commands import optimize
 from prompttune.commands.compare import Comparison, run_compare
@@ -20,7 +21,7 @@ from prompttune.commands.compare_report import spend_cells
 from prompttune.compare.coverage import coverage_check
 from prompttune.compare.fairness import Check, ModelWatch, Spend, caps_of, fairness_checks
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import GenerateRequest
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
@@ -214,17 +215,22 @@ def test_caps_put_the_matched_one_first() -> None:
     assert [c.unit for c in caps_of("tokens", 300, 4000)] == ["tokens", "calls"]
 
 
-class CountsOnlyAfterwards(CountingBackend):
-    """A backend that learns a request's tokens only from the server's answer."""
+class BoundsByBytes(CountingBackend):
+    """A backend without a tokenizer (`--backend openai` without `--tokenizer`): it bounds a text's
+    tokens by its bytes, several times what the model then reports."""
 
-    def token_bounds(self, requests):
-        return None
+    count_tokens = Backend.count_tokens
+    token_bounds = Backend.token_bounds
 
 
-def test_match_tokens_needs_a_backend_that_counts_tokens_ahead(tmp_path: Path) -> None:
+def test_match_tokens_holds_on_a_backend_that_bounds_tokens_by_bytes(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget_tokens=4000)
-    with pytest.raises(UserError, match="--match tokens needs a backend that counts tokens before a call"):
-        run_compare(config, ["random"], [0], {}, backend=CountsOnlyAfterwards(oracle_for(config)), match="tokens")
+    loose = run_compare(config, ["random", "sh"], [0], {}, backend=BoundsByBytes(oracle_for(config)), match="tokens")
+    exact = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens")
+    assert all(r.search.tokens <= 4000 and r.stopped_by_budget for r in loose.runs)
+    assert not _failed(loose)  # served equals charged, tokens included, and the cap holds
+    # The loose reserve refuses requests the exact one lets run: the arms stop further short of the cap.
+    assert all(b.search.tokens < e.search.tokens for b, e in zip(loose.runs, exact.runs))
 
 
 def test_match_tokens_without_a_token_cap_is_one_line_and_exit_code_2(

@@ -34,7 +34,8 @@ from prompttune.evaluation.cache import ResultCache  # noqa: E402
 from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
 from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
-from prompttune.optimizers.proposer import LABEL_CLAUSE  # noqa: E402
+from prompttune.evaluation.metering import Meter  # noqa: E402
+from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
 from tests.support import (  # noqa: E402
     CountingBackend,
@@ -106,9 +107,9 @@ def test_sampled_proposals_are_seeded_distinct_and_each_one_charged(tmp_path: Pa
 def test_a_proposal_is_cached_under_its_temperature_and_seed(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     backend, ledger = oracle_for(config), BudgetLedger()
-    evaluator = Evaluator(backend, {}, {}, MeteredCache(ResultCache(), ledger), ledger)
+    proposer = Proposer(backend, Meter(MeteredCache(ResultCache(), ledger), ledger))
     asks = [(0.0, 0), (1.0, 7), (1.0, 7), (1.0, 8), (1.4, 7), (0.0, 0)]
-    replies = [evaluator.propose("Write an instruction.", 32, temperature=t, seed=s) for t, s in asks]
+    replies = [proposer.complete("Write an instruction.", 32, temperature=t, seed=s) for t, s in asks]
     assert backend.calls == ledger.calls == 4 and replies[1] == replies[2] and replies[0] == replies[5]
     assert len({replies[1], replies[3], replies[4]}) == 3
 

@@ -12,6 +12,7 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.extraction import extract_label
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import default_space
 from tests.support import CountingBackend, synthetic_task
 
@@ -53,7 +54,7 @@ def test_cap_is_hard_and_ledger_equals_backend_calls() -> None:
     assert ledger.calls == backend.calls == 50
     assert ledger.tokens > 0
     with pytest.raises(BudgetExhausted):
-        evaluator.propose("write an instruction")
+        Proposer(backend, evaluator.meter)("write an instruction")
     assert backend.calls == 50
 
 

@@ -167,6 +167,8 @@ def test_llama_server_scores_labels_like_the_transformers_backend(
     agree = sum(max(range(len(g.logprobs)), key=g.logprobs.__getitem__)
                 == max(range(len(w.logprobs)), key=w.logprobs.__getitem__) for g, w in zip(got, want))
     assert agree >= 0.9 * len(requests), f"{agree}/{len(requests)} argmax agreement"
+    # The token reserve (embedded tokenizer for prompts, byte bound for labels) covers what the server reports.
+    assert all(b >= g.prompt_tokens + g.completion_tokens for b, g in zip(served.token_bounds(requests), got))
     assert served.stats[served.pool.servers[0].url].retries == 0
 
 
@@ -177,6 +179,7 @@ def test_llama_server_generates_and_renders_chat_like_transformers(
     [out] = served.generate([GenerateRequest(served.to_text(chat), 8)])
     assert out.text.strip() and 1 <= out.completion_tokens <= 8
     assert len(out.token_logprobs) == out.completion_tokens and out.prompt_tokens > 5
+    assert served.count_tokens([served.to_text(chat)]) == [out.prompt_tokens]  # the server's own count
     # The likeliest next token ends the text, so llama.cpp returns no completion log-probs; the
     # backend falls back to the (shifted) echo for them.
     ended = "<|im_start|>user\nSay OK.<|im_end|>\n<|im_start|>assistant\nOK."

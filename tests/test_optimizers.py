@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from prompttune.tasks.base import SplitSizes
-from tests.support import oracle_accuracy, run_oracle
+from tests.support import critique, oracle_accuracy, run_oracle
 
 BEST_ACCURACY = 0.9
 
@@ -87,7 +87,7 @@ def _scripted_proposer(good: str):
 
     def propose(text: str) -> str:
         if "In one sentence" in text or "Describe in one sentence" in text:
-            return "Mention the colour list explicitly."
+            return critique(text)
         turn[0] += 1
         return [good, "ok", "Say which colour it is: {labels}."][turn[0] % 3]
     return propose
@@ -116,7 +116,7 @@ def test_p2g_keeps_searching_after_a_barren_expansion() -> None:
 
     def propose(text: str) -> str:
         if "In one sentence" in text:
-            return "Mention the colour list explicitly."
+            return critique(text)
         edits[0] += 1
         return "ok" if edits[0] <= 4 else "Pick the colour ({labels})."
     run = run_oracle("p2g", 3000, proposals=propose, options={"directions": 2, "edits": 2})

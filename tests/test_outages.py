@@ -75,10 +75,12 @@ def test_calls_answered_before_an_outage_are_kept_and_not_paid_for_again(tmp_pat
                                 quarantine_base=0.2)
         return Evaluator(backend, examples, {}, view, ledger)
 
+    cut = BudgetLedger()
     with pytest.raises(BackendUnavailable):
-        evaluator(fakes[0].url, BudgetLedger(), cache).outputs(spec, list(examples), "generate")
+        evaluator(fakes[0].url, cut, cache).outputs(spec, list(examples), "generate")
     answered = fakes[0].completions - PROBES
     assert answered >= 5 and len(cache) == answered  # every answered call is in the cache
+    assert cut.calls == answered and cut.tokens > 0  # and charged; the calls never answered are not
     fakes.append(FakeServer(port=fakes[0].port))  # back on the same address
     ledger = BudgetLedger()
     outputs = evaluator(fakes[1].url, ledger, MeteredCache(cache, ledger)).outputs(spec, list(examples), "generate")

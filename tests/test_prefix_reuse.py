@@ -104,19 +104,6 @@ def test_prefix_reuse_generates_what_the_full_prompt_generates(backend: Transfor
     assert [r.completion_tokens for r in reused] == [f.completion_tokens for f in full]
 
 
-def test_token_bounds_are_what_scoring_reports_and_cap_what_generation_reports(backend: TransformersBackend,
-                                                                              task: Task) -> None:
-    """A hard token cap refuses requests on these bounds, so they must never undercount."""
-    spec = default_space(task).default_candidate().spec
-    scores = _requests(backend, task, [spec], "score", n=3)
-    assert backend.token_bounds(scores) == [r.prompt_tokens + r.completion_tokens for r in backend.score(scores)]
-    generations = _requests(backend, task, [spec], "generate", n=2)
-    bounds = backend.token_bounds(generations)
-    outs = backend.generate(generations)
-    assert bounds == [o.prompt_tokens + r.max_new_tokens for o, r in zip(outs, generations)]
-    assert all(o.prompt_tokens + o.completion_tokens <= bound for o, bound in zip(outs, bounds))
-
-
 def test_a_seeded_sample_depends_on_its_seed_alone(backend: TransformersBackend, task: Task) -> None:
     """Sampled generation (DSPy's proposals at temperature 1.0) is deterministic per seed, whatever
     else is in the call, and leaves the greedy requests beside it unchanged."""

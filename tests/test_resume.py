@@ -42,6 +42,7 @@ def _kill_when(folder: Path, optimizer: str, trials: int, extra_wait: float) -> 
     ("sh", 0.0, 0.0),       # at the first trial
     ("sh", 0.5, 0.0),       # mid-search
     ("random", 1.0, 0.15),  # after the search, during the held-out verdict
+    ("mipro", 0.5, 0.0),    # after its proposer calls
 ])
 def test_kill_9_then_resume_gives_the_uninterrupted_result(tmp_path: Path, optimizer: str, share: float,
                                                            extra_wait: float) -> None:
@@ -64,6 +65,12 @@ def test_kill_9_then_resume_gives_the_uninterrupted_result(tmp_path: Path, optim
                                                                            whole.search_ledger.tokens)
     assert resumed.search_ledger.calls <= config.budget
     assert resumed.resumed and resumed.resumed.calls_replayed > 0
+    # Each kind of call (proposer calls included) replayed from the cache or made live, once.
+    by_kind = resumed.search_ledger.calls_by_kind
+    assert {k: by_kind[k] + by_kind[f"{k} (shared cache)"] for k in whole.search_ledger.calls_by_kind} == \
+        dict(whole.search_ledger.calls_by_kind)
+    if optimizer == "mipro":
+        assert by_kind["propose (shared cache)"] == whole.search_ledger.calls_by_kind["propose"] > 0
     assert "Resumed after an interruption" in (run_dir / "report.md").read_text()
 
 

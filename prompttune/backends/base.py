@@ -42,6 +42,27 @@ class Backend(ABC):
     def to_text(self, prompt: Prompt) -> str:
         """Final prompt string (chat messages go through the model's chat template)."""
 
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Tokens each text costs, as `score` and `generate` report them: as a prompt (special
+        tokens included), or as a label `continuation` (tokenized alone, after the prompt).
+
+        Without a tokenizer this is an upper bound: its UTF-8 bytes plus two. Byte-level BPE and
+        SentencePiece with byte fallback never make a token of less than one byte, and at most
+        two tokens carry none of the text (a BOS token, and SentencePiece's word-start piece, or
+        for a continuation a server token that straddles the prompt's end). Backends with the
+        model's tokenizer count exactly.
+        """
+        return [len(text.encode()) + 2 for text in texts]
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
+        """The most tokens each request can be charged, known before it runs: its prompt, plus
+        every label continuation (score) or `max_new_tokens` (generate)."""
+        prompts = self.count_tokens([r.text for r in requests])
+        labels = list(dict.fromkeys(c for r in requests if isinstance(r, ScoreRequest) for c in r.continuations))
+        counts = dict(zip(labels, self.count_tokens(labels, continuation=True)))
+        return [n + (r.max_new_tokens if isinstance(r, GenerateRequest) else sum(counts[c] for c in r.continuations))
+                for r, n in zip(requests, prompts)]
+
     @abstractmethod
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         """One result per request, same order."""
@@ -51,12 +72,12 @@ class Backend(ABC):
         """Greedy decoding, or seeded sampling where a request sets a temperature; one result per
         request, same order."""
 
-    def token_bounds(self, requests: Sequence[Request]) -> list[int] | None:
-        """The most tokens each request can report (prompt and continuations, or prompt and
-        `max_new_tokens`), counted before it runs so that a token cap can refuse the request that
-        would pass it; None where only the server knows (a token cap then stops at the first
-        request after it is passed)."""
-        return None
+
+def tokenizer_counts(tokenizer: Any, texts: Sequence[str], continuation: bool = False) -> list[int]:
+    """`Backend.count_tokens` with a Hugging Face tokenizer, tokenizing as the backends do."""
+    if not texts:
+        return []
+    return [len(ids) for ids in tokenizer(list(texts), add_special_tokens=not continuation).input_ids]
 
 
 def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
@@ -65,14 +86,3 @@ def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
         return prompt.text or ""
     messages = [{"role": role, "content": content} for role, content in prompt.messages]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prompt.assistant_prefix
-
-
-def tokenizer_token_bounds(tokenizer: Any, requests: Sequence[Request]) -> list[int]:
-    """`Backend.token_bounds` for backends that tokenize prompts themselves, as their score and
-    generate calls count them (special tokens on the prompt, none on a continuation)."""
-    def count(text: str, special: bool) -> int:
-        return len(tokenizer(text, add_special_tokens=special).input_ids)
-
-    return [count(r.text, True) + (r.max_new_tokens if isinstance(r, GenerateRequest)
-                                   else sum(count(c, False) for c in r.continuations))
-            for r in requests]

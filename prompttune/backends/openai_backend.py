@@ -20,11 +20,11 @@ import logging
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import httpx
 
-from prompttune.backends.base import Backend
+from prompttune.backends.base import Backend, tokenizer_counts
 from prompttune.backends.openai_http import HttpClient, ServerError
 from prompttune.backends.openai_pool import ServerStats
 from prompttune.core.errors import UserError
@@ -220,6 +220,15 @@ class OpenAIBackend(Backend):
         messages = [{"role": role, "content": content} for role, content in prompt.messages]
         rendered = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return rendered + prompt.assistant_prefix
+
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Prompts: with a tokenizer (`--tokenizer`, or the embedded model's own when a server runs
+        it) its count, exact when it is the server's tokenizer; without one, the base class's byte
+        bound. Continuations always get the byte bound: an echoed label may take in a server token
+        that straddles the prompt's end, and the top-log-probs walk may take shorter pieces."""
+        if self.tokenizer is None or continuation:
+            return super().count_tokens(texts, continuation)
+        return tokenizer_counts(self.tokenizer, texts)
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         if self.mode == "none":

@@ -21,8 +21,12 @@ from prompttune.backends.base import Backend, Request
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
 _KEY = 16
-_GENERATED_TOKENS = 8  # what every generation reports, whatever it says
+_GENERATED_TOKENS = 8  # what every generation reports, whatever it says, unless max_new_tokens is less
 _NORMAL = NormalDist()
+
+
+def _generated_tokens(request: GenerateRequest) -> int:
+    return min(_GENERATED_TOKENS, request.max_new_tokens)
 
 
 def _unit(*parts: str) -> float:
@@ -75,6 +79,10 @@ class SyntheticOracleBackend(Backend):
         shared = z(_unit(example.id, self.seed, "difficulty"))
         return _NORMAL.cdf(math.sqrt(self.rho) * shared + math.sqrt(1 - self.rho) * z(own))
 
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Exact, in the oracle's own units: a prompt costs its words, a label continuation one token."""
+        return [1 if continuation else len(text.split()) for text in texts]
+
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = []
         for r in requests:
@@ -88,7 +96,7 @@ class SyntheticOracleBackend(Backend):
         return results
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        return [GenerateResult(self._reply(r), (), len(r.text.split()), _GENERATED_TOKENS) for r in requests]
+        return [GenerateResult(self._reply(r), (), len(r.text.split()), _generated_tokens(r)) for r in requests]
 
     def _reply(self, request: GenerateRequest) -> str:
         """The proposal for the text; a sampled request's is marked with a draw that only
@@ -100,7 +108,7 @@ class SyntheticOracleBackend(Backend):
         return f"{text} (draw {draw:.6f})"
 
     def token_bounds(self, requests: Sequence[Request]) -> list[int]:
-        """Exactly what `score` and `generate` will report: words of the prompt, plus one per
-        continuation or the fixed generation length."""
-        return [len(r.text.split()) + (_GENERATED_TOKENS if isinstance(r, GenerateRequest) else len(r.continuations))
-                for r in requests]
+        """Exactly what `score` and `generate` will report: the oracle knows a generation's length
+        before it runs, so it takes the place of `max_new_tokens` in the base class's bound."""
+        return [bound - r.max_new_tokens + _generated_tokens(r) if isinstance(r, GenerateRequest) else bound
+                for r, bound in zip(requests, super().token_bounds(requests))]

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from prompttune.backends.base import Backend, Request, apply_chat_template, tokenizer_token_bounds
+from prompttune.backends.base import Backend, apply_chat_template, tokenizer_counts
 from prompttune.core.errors import UserError
 from prompttune.core.hub import hub_problem
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
@@ -185,11 +185,12 @@ class TransformersBackend(Backend):
     def to_text(self, prompt: Prompt) -> str:
         return apply_chat_template(self.tokenizer, prompt)
 
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""
+        return tokenizer_counts(self.tokenizer, texts, continuation)
+
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids
-
-    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
-        return tokenizer_token_bounds(self.tokenizer, requests)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)

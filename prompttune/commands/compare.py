@@ -126,10 +126,6 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     coverage = plan_coverage(arms, space, mode, options)
     check_paths(config.runs_dir, config.cache)
     watch = ModelWatch(backend or build_backend(config), task)
-    if match == "tokens" and watch.token_bounds([]) is None:  # None: it cannot count a request's tokens ahead
-        raise UserError(f"--match tokens needs a backend that counts tokens before a call (transformers, vllm); "
-                        f"--backend {config.backend} learns them from the server afterwards, so its token cap "
-                        f"cannot be hard")
     run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
     (run_dir / "config.json").write_text(json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,

@@ -179,7 +179,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
                             config.objective, config.seed, config.budget, dict(config.optimizer_options),
                             AcceptRule(alpha=config.dev_alpha))
-    proposer = Proposer(proposer_backend, search_ledger)
+    proposer = Proposer(proposer_backend, evaluator.meter)
     optimizer = optimizer_cls(context, proposer)
     storage = JsonlStorage(run_dir / "trials.jsonl")
     baseline = optimizer.baseline

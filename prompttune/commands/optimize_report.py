@@ -120,6 +120,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"Search: {ledger.calls} of {ledger.cap_calls} calls "
         f"({', '.join(f'{k} {v}' for k, v in sorted(ledger.calls_by_kind.items())) or 'none'}), "
         f"{ledger.prompt_tokens} prompt + {ledger.completion_tokens} completion tokens"
+        f"{f' of the token cap {ledger.cap_tokens}' if ledger.cap_tokens else ''}"
         f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out verdict (not charged "
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
         f"tokens. Wall time {result.wall_seconds:.0f} s."

@@ -85,7 +85,10 @@ class ModelWatch(Backend):
     def to_text(self, prompt: Prompt) -> str:
         return self.inner.to_text(prompt)
 
-    def token_bounds(self, requests: Sequence[Request]) -> list[int] | None:
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        return self.inner.count_tokens(texts, continuation)
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
         return self.inner.token_bounds(requests)
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:

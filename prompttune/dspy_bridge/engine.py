@@ -7,11 +7,11 @@
   id): they are scored by the arm's `Evaluator` — same rendering, scoring method, cache view
   and ledger as every prompttune arm — and answered with the predicted label word;
 - anything else (instruction proposals, dataset summaries, reflections): generated from the chat
-  messages and charged as one call each (asking again for one text, temperature and seed is a
-  cache hit), like prompttune's own proposer — greedily, or sampled
-  at the request's temperature when DSPy asks for one (MIPROv2's proposals at 1.0, COPRO's at
-  1.4, GEPA's reflections). The k-th sample of an arm is drawn with a seed made of the arm seed
-  and k, so the n samples DSPy asks for in one call differ, and a rerun draws the same texts.
+  messages by prompttune's own proposer, charged as one call each and cached (asking again for
+  one text, temperature and seed is a hit) — greedily, or sampled at the request's temperature
+  when DSPy asks for one (MIPROv2's proposals at 1.0, COPRO's at 1.4, GEPA's reflections). The
+  k-th sample of an arm is drawn with a seed made of the arm seed and k, so the n samples DSPy
+  asks for in one call differ, and a rerun draws the same texts.
 
 When a request would pass the cap the engine raises `BudgetStop`, a BaseException: DSPy's
 optimizers catch `Exception` around single examples and proposals and would otherwise carry on
@@ -28,6 +28,7 @@ from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_e
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import Prompt, Record
 from prompttune.evaluation.evaluator import Evaluator
+from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 
 Observer = Callable[[PromptSpec, Record], None]
@@ -51,6 +52,7 @@ class MeteredEngine:
     def __init__(self, evaluator: Evaluator, observe: Observer | None = None,
                  max_new_tokens: int = 1024, seed: int = 0) -> None:
         self.evaluator = evaluator
+        self.proposer = Proposer(evaluator.backend, evaluator.meter)
         self.observe = observe
         self.max_new_tokens = max_new_tokens  # a ceiling on what any request may ask for
         self.seed = seed
@@ -100,8 +102,7 @@ class MeteredEngine:
         text = self.evaluator.backend.to_text(Prompt(messages=tuple(turns)))
         limit = min(request.config.max_tokens or self.max_new_tokens, self.max_new_tokens)
         temperature = request.config.temperature or 0.0
-        return self.evaluator.propose(text, max_new_tokens=limit, temperature=temperature,
-                                      seed=self._draw_seed() if temperature else 0)
+        return self.proposer.complete(text, limit, temperature, self._draw_seed() if temperature else 0)
 
     def _draw_seed(self) -> int:
         self.samples += 1

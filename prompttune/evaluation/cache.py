@@ -7,7 +7,7 @@ import json
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 
 def cache_key(*parts: Any) -> str:
@@ -47,6 +47,14 @@ class ResultCache:
         with self._lock:
             self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", rows)
             self._db.commit()
+
+    def unpaid(self, keys: list[str]) -> list[str]:
+        """Hits the reading run must pay for: none, because a run reads only its own private cache
+        directly (a shared one, or the one a resumed run inherits, goes through `MeteredCache`)."""
+        return []
+
+    def mark_paid(self, hits: Mapping[str, Any]) -> None:
+        """Nothing to remember (see `unpaid`)."""
 
     def __len__(self) -> int:
         with self._lock:

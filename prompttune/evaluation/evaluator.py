@@ -1,4 +1,4 @@
-"""The one place where prompts meet the model: render → cache → ledger → backend → outputs.
+"""Where prompts meet the model: render → `Meter` (cache → ledger → backend) → outputs.
 
 `outputs` returns what the model said; `evaluate` turns that into per-example records through
 the evaluator's prediction method (`prediction.py`), so every method shares cache and ledger.
@@ -7,13 +7,16 @@ the evaluator's prediction method (`prediction.py`), so every method shares cach
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from typing import Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend
-from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.types import Example, GenerateRequest, GenerateResult, Record, ScoreRequest, ScoreResult
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
 from prompttune.evaluation.cache import ResultCache, cache_key
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.evaluation.metering import Meter, generate_values, score_values
 from prompttune.evaluation.prediction import Scoring, make_predictor
 from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
@@ -55,13 +58,14 @@ class Evaluator:
     """
 
     def __init__(self, backend: Backend, examples: Mapping[str, Example], demo_pool: Mapping[str, Example],
-                 cache: ResultCache, ledger: BudgetLedger, scoring: Scoring | str = "logit",
+                 cache: ResultCache | MeteredCache, ledger: BudgetLedger, scoring: Scoring | str = "logit",
                  max_new_tokens: int = 16, cot_max_new_tokens: int = 128) -> None:
         self.backend = backend
         self.examples = examples
         self.demo_pool = demo_pool
         self.cache = cache
         self.ledger = ledger
+        self.meter = Meter(cache, ledger)
         self.scoring = scoring
         self.predictor = make_predictor(scoring, self)
         self.max_new_tokens = max_new_tokens
@@ -83,7 +87,8 @@ class Evaluator:
     def outputs(self, spec: PromptSpec, example_ids: Sequence[str], mode: Mode,
                 continuations: Sequence[tuple[str, ...]] | None = None,
                 kind: str | None = None) -> list[Output]:
-        """Model outputs, one per example: cached ones are free, the rest are charged first.
+        """Model outputs, one per example, through the run's `Meter` (see `metering.py` for what is
+        charged, and when).
 
         `score` teacher-forces the label continuations, or `continuations[i]` for example i
         when given; `generate` decodes greedily. `kind` names the calls in the ledger.
@@ -101,32 +106,11 @@ class Evaluator:
             examples += query_examples
             keys += query_keys
             requests += query_requests
-        found = self.cache.get_many(keys)
-        missing = [i for i, k in enumerate(keys) if k not in found]
-        if missing:
-            asked = [requests[i] for i in missing]
-            self.ledger.reserve_requests(self.backend, asked, kind or mode)
-            run = self.backend.generate if mode == "generate" else self.backend.score
-            try:
-                results = run(asked)
-            except BackendUnavailable as exc:  # keep what was answered: a resumed run finds it cached
-                self._store({keys[missing[j]]: result for j, result in exc.completed.items()})
-                raise
-            found.update(self._store({keys[i]: result for i, result in zip(missing, results)}))
-        fresh = set(missing)
-        flat = [_output(ex, found[k], cached=i not in fresh) for i, (ex, k) in enumerate(zip(examples, keys))]
+        compute = partial(generate_values if mode == "generate" else score_values, self.backend)
+        values, cached = self.meter.run(keys, kind or mode, requests, self.backend.token_bounds, compute)
+        flat = [_output(ex, value, hit) for ex, value, hit in zip(examples, values, cached)]
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
         return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
-
-    def _store(self, results: Mapping[str, GenerateResult | ScoreResult]) -> dict[str, dict]:
-        """Cache fresh backend results under their keys and count their tokens; returns the cached values."""
-        values = {key: ({"text": r.text} if isinstance(r, GenerateResult) else {"logprobs": list(r.logprobs)})
-                  | {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens}
-                  for key, r in results.items()}
-        self.ledger.add_tokens(sum(v["prompt_tokens"] for v in values.values()),
-                               sum(v["completion_tokens"] for v in values.values()))
-        self.cache.put_many(values.items())
-        return values
 
     def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
         """Render one query: its examples, cache keys and backend requests."""
@@ -149,18 +133,3 @@ class Evaluator:
             raise ValueError(f"{len(conts)} continuation sets for {len(examples)} examples")
         keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
         return examples, keys, [ScoreRequest(t, tuple(c), prefix) for t, c in zip(texts, conts)]
-
-    def propose(self, text: str, max_new_tokens: int = 128, temperature: float = 0.0, seed: int = 0) -> str:
-        """A proposer/critic call (instruction writing), greedy or a seeded sample: charged like any
-        other model call, and cached like one, since (text, temperature, seed) decide the reply."""
-        key = cache_key(self.backend.model_id, "propose", max_new_tokens, temperature, seed, text)
-        found = self.cache.get_many([key])
-        if key not in found:
-            request = GenerateRequest(text, max_new_tokens, temperature=temperature, seed=seed)
-            self.ledger.reserve_requests(self.backend, [request], "propose")
-            out = self.backend.generate([request])[0]
-            self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
-            found[key] = {"text": out.text, "prompt_tokens": out.prompt_tokens,
-                          "completion_tokens": out.completion_tokens}
-            self.cache.put_many([(key, found[key])])
-        return found[key]["text"]

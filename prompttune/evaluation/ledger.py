@@ -1,22 +1,33 @@
-"""The budget ledger: every model call and token is counted here, and the cap is hard."""
+"""The budget ledger: every model call and token is counted here, and both caps are hard."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping
 
-from prompttune.backends.base import Backend, Request
 from prompttune.core.errors import BudgetExhausted
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Calls and tokens set aside for one request before the backend sees it."""
+
+    calls: Mapping[str, int]
+    tokens: int
 
 
 @dataclass
 class BudgetLedger:
-    """Counts calls (one per example per rendered prompt, one per proposer request) and tokens.
+    """Counts calls (one per example per rendered prompt, one per proposer request, one per
+    embedded text) and tokens.
 
-    `reserve` is called before the backend is, so a request that would pass the cap never runs:
-    the ledger always equals the calls actually made. Under a token cap it is given the most
-    tokens the request can use (`reserve_requests` asks the backend), so the token cap holds too.
+    `reserve` is called before the backend is, with the request's calls and an upper bound of its
+    tokens, so a request that would pass either cap never runs; `settle` then books the tokens the
+    backend reported. The ledger always equals the calls actually made.
     """
 
     cap_calls: int | None = None
@@ -24,6 +35,7 @@ class BudgetLedger:
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reserved_tokens: int = 0  # set aside for requests in flight, not yet settled
     calls_by_kind: Counter = field(default_factory=Counter)
 
     @property
@@ -33,26 +45,45 @@ class BudgetLedger:
     def remaining_calls(self) -> int | None:
         return None if self.cap_calls is None else self.cap_calls - self.calls
 
-    def reserve(self, n_calls: int, kind: str, max_tokens: int = 0) -> None:
-        """Charge `n_calls` that may use up to `max_tokens` (their tokens are added once known)."""
+    def reserve(self, calls: Mapping[str, int], tokens: int) -> Reservation:
+        """Count `calls` (by kind) and set `tokens` aside, or refuse the whole request."""
+        n_calls, kinds = sum(calls.values()), ", ".join(k for k, n in calls.items() if n)
         if self.cap_calls is not None and self.calls + n_calls > self.cap_calls:
-            raise BudgetExhausted(f"{kind}: {n_calls} calls requested, {self.cap_calls - self.calls} "
+            raise BudgetExhausted(f"{kinds}: {n_calls} calls requested, {self.cap_calls - self.calls} "
                                   f"left of the cap {self.cap_calls}")
-        if self.cap_tokens is not None and self.tokens + max_tokens > self.cap_tokens:
-            raise BudgetExhausted(f"{kind}: up to {max_tokens} tokens requested, "
-                                  f"{self.cap_tokens - self.tokens} left of the token cap {self.cap_tokens}")
+        left = None if self.cap_tokens is None else self.cap_tokens - self.tokens - self.reserved_tokens
+        if left is not None and tokens > left:
+            raise BudgetExhausted(f"{kinds}: up to {tokens} tokens requested, {left} left of the token "
+                                  f"cap {self.cap_tokens}")
         self.calls += n_calls
-        self.calls_by_kind[kind] += n_calls
+        self.calls_by_kind.update({kind: n for kind, n in calls.items() if n})
+        self.reserved_tokens += tokens
+        return Reservation(dict(calls), tokens)
 
-    def reserve_requests(self, backend: Backend, requests: Sequence[Request], kind: str) -> None:
-        """`reserve` for requests about to reach `backend`; their token bound is counted only
-        under a token cap (it tokenizes every prompt)."""
-        bounds = backend.token_bounds(requests) if self.cap_tokens is not None else None
-        self.reserve(len(requests), kind, sum(bounds or ()))
-
-    def add_tokens(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def settle(self, reservation: Reservation, prompt_tokens: int, completion_tokens: int,
+               made: Mapping[str, int] | None = None) -> None:
+        """Book the tokens the request really cost in place of its reserve. `made` names the calls
+        answered when an outage cut the request short (by kind); the others are given back."""
+        self.reserved_tokens -= reservation.tokens
+        if made is not None:
+            self._uncount(Counter(reservation.calls) - Counter(made))
+        if self.cap_tokens is not None and prompt_tokens + completion_tokens > reservation.tokens:
+            # Only a backend whose bound is not one (an OpenAI server with another --tokenizer)
+            # gets here; the ledger keeps the truth.
+            log.warning("a request cost %d tokens, more than the %d reserved for it: the token cap may be "
+                        "passed", prompt_tokens + completion_tokens, reservation.tokens)
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += completion_tokens
+
+    def release(self, reservation: Reservation) -> None:
+        """Undo a reservation whose request failed: it produced nothing the run can use."""
+        self.reserved_tokens -= reservation.tokens
+        self._uncount(reservation.calls)
+
+    def _uncount(self, calls: Mapping[str, int]) -> None:
+        self.calls -= sum(calls.values())
+        self.calls_by_kind.subtract(calls)
+        self.calls_by_kind += Counter()  # drop kinds left at zero
 
     def summary(self) -> dict:
         return {"calls": self.calls, "cap_calls": self.cap_calls, "cap_tokens": self.cap_tokens,

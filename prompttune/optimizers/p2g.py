@@ -25,7 +25,7 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import checked_instruction
+from prompttune.optimizers.proposer import checked_instruction, clean_instruction
 from prompttune.optimizers.search_helpers import rotating_minibatch
 from prompttune.search_spaces.space import Candidate
 
@@ -98,10 +98,10 @@ class SplitErrorCritique(IncumbentSearch):
     def _pick(self, errors: tuple[Record, ...]) -> list[Record]:
         """Representative errors: k-means on sentence embeddings, or a random sample."""
         if self.representatives == "kmeans" and len(errors) > self.shown:
-            from prompttune.optimizers.embeddings import kmeans_representatives
+            from prompttune.optimizers.embeddings import embed, kmeans_representatives
 
-            texts = [self.example_text(r.example_id) for r in errors]
-            return [errors[i] for i in kmeans_representatives(texts, self.shown, self.context.seed)]
+            vectors = embed([self.example_text(r.example_id) for r in errors], self.proposer.meter)
+            return [errors[i] for i in kmeans_representatives(vectors, self.shown, self.context.seed)]
         picks = self.rng.choice(len(errors), size=min(self.shown, len(errors)), replace=False)
         return [errors[int(i)] for i in np.sort(picks)]
 
@@ -130,12 +130,15 @@ class SplitErrorCritique(IncumbentSearch):
         for direction in directions:
             feedback = " ".join(self._critique(direction).split())  # one line in the report
             self.critiques.append(f"{direction.kind.upper()} {spec.label_words[direction.label]}: {feedback}")
+            written: list[str] = []  # listed in the next edit call: greedy decoding repeats itself
             for _ in range(self.edits):
-                text = checked_instruction(self.proposer(
-                    f"Instruction: {self._instruction()}\nFeedback: {feedback}\nRewrite the instruction "
-                    f"following the feedback. The answer must stay one of: {', '.join(spec.label_words)}.\n"
-                    "Improved instruction:"), spec.label_words)
-                if text is not None:
+                reply = self.proposer(
+                    f"Instruction: {self._instruction()}\nFeedback: {feedback}\n"
+                    + "".join(f"Already proposed (write a different one): {w}\n" for w in written)
+                    + f"Rewrite the instruction following the feedback. The answer must stay one of: "
+                    f"{', '.join(spec.label_words)}.\nImproved instruction:")
+                written.append(clean_instruction(reply))
+                if (text := checked_instruction(reply, spec.label_words)) is not None:
                     child = spec_candidate(spec.with_updates(instruction=text), "p2g")
                     if child.id not in self.tried:
                         self.tried.add(child.id)

@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.types import GenerateRequest, Prompt
-from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.cache import cache_key
+from prompttune.evaluation.metering import Meter, generate_values
 
 
 class Proposer:
-    """Every call is reserved on the ledger before it runs, like a scoring call."""
+    """Instruction writing and critiques, through the run's `Meter` like any model call: cached by
+    model, prompt and decoding settings (`max_new_tokens`, temperature and seed), reserved on the
+    search ledger before it runs, and charged once to a run that resumes or shares a `--cache`."""
 
-    def __init__(self, backend: Backend, ledger: BudgetLedger, max_new_tokens: int = 64) -> None:
-        self.backend, self.ledger, self.max_new_tokens = backend, ledger, max_new_tokens
+    def __init__(self, backend: Backend, meter: Meter, max_new_tokens: int = 64) -> None:
+        self.backend, self.meter, self.max_new_tokens = backend, meter, max_new_tokens
 
     def __call__(self, request: str, max_new_tokens: int | None = None) -> str:
+        """The model's answer to `request`, sent as one user turn."""
         text = self.backend.to_text(Prompt(messages=(("user", request),)))
-        request = GenerateRequest(text, max_new_tokens or self.max_new_tokens)
-        self.ledger.reserve_requests(self.backend, [request], "propose")
-        out = self.backend.generate([request])[0]
-        self.ledger.add_tokens(out.prompt_tokens, out.completion_tokens)
-        return out.text
+        return self.complete(text, max_new_tokens or self.max_new_tokens)
+
+    def complete(self, text: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> str:
+        """The continuation of the final prompt text `text`: greedy, or a sample at `temperature`
+        drawn with `seed` (one text per (text, temperature, seed), so the cache may key on them)."""
+        key = cache_key(self.backend.model_id, "propose", max_new_tokens, temperature, seed, text)
+        request = GenerateRequest(text, max_new_tokens, temperature=temperature, seed=seed)
+        [value], _ = self.meter.run([key], "propose", [request], self.backend.token_bounds,
+                                    partial(generate_values, self.backend))
+        return value["text"]
 
 
 def clean_instruction(text: str) -> str:
