@@ -36,9 +36,8 @@ def _run(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace)
     except ValidationError as exc:
         err = exc.errors()[0]
         print(f"error: invalid option {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
-    except KeyboardInterrupt:
-        print("interrupted: trials so far are in the run directory; finish it with "
-              "`optimize --resume RUN_DIR`", file=sys.stderr)
+    except KeyboardInterrupt as exc:  # a run's RunInterrupted carries the line that says how to finish it
+        print(f"interrupted: {exc}" if str(exc) else "interrupted", file=sys.stderr)
         return 130
     return EXIT_USAGE
 

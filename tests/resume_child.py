@@ -1,5 +1,5 @@
-"""Child process for the resume tests: one colours-oracle run, slowed down so the parent can kill
-it with SIGKILL at a chosen point (test device only).
+"""Child process for the resume tests: one colours-oracle run through the `optimize` command line,
+slowed down so the parent can signal or kill it at a chosen point (test device only).
 
 Run: python -m tests.resume_child TMP_DIR OPTIMIZER
 """
@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from prompttune.commands.optimize import run_optimization
+from prompttune.cli import main
+from prompttune.commands import optimize
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 
@@ -24,4 +25,7 @@ class SlowBackend(CountingBackend):
 
 if __name__ == "__main__":
     config = oracle_config(Path(sys.argv[1]), optimizer=sys.argv[2])
-    run_optimization(config, backend=SlowBackend(oracle_for(config)))
+    optimize.build_backend = lambda _: SlowBackend(oracle_for(config))  # the test device instead of a model
+    sys.exit(main(["optimize", "--task", config.task, "--optimizer", config.optimizer, "--budget", str(config.budget),
+                   "--train-size", str(config.train_size), "--dev-size", str(config.dev_size),
+                   "--test-size", str(config.test_size), "--runs-dir", config.runs_dir]))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,12 +24,13 @@ from prompttune.commands.common import (
     parse_option,
     require_dev_budget,
 )
-from prompttune.commands.html.facts import write_run_facts
+from prompttune.commands.html.facts import run_status, write_run_facts
 from prompttune.commands.optimize_report import describe_change, print_summary, write_report
 from prompttune.commands.report import write_html_report
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.core.storage import JsonlStorage, write_atomic
+from prompttune.core.interrupt import RunInterrupted, stop_on_signals
+from prompttune.core.storage import JsonlStorage, set_aside_trials, write_atomic
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
@@ -55,14 +55,9 @@ class Resumption:
 
 def _set_aside_interrupted_trials(run_dir: Path) -> int:
     """Keep the interrupted run's log as trials.interrupted.jsonl; the replay writes trials.jsonl anew."""
-    if (run_dir / "verdict.json").is_file():
+    if run_status(run_dir) == "finished":
         raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
-    log = run_dir / "trials.jsonl"
-    if not log.is_file():
-        return 0
-    trials = len(JsonlStorage(log).load())
-    os.replace(log, run_dir / "trials.interrupted.jsonl")
-    return trials
+    return set_aside_trials(run_dir)
 
 
 def resume_optimization(run_dir: Path, backend: Backend | None = None, console: Console | None = None) -> RunResult:
@@ -133,80 +128,87 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     backend = backend or build_backend(config)
     console.print(backend.describe())
     run_dir = resume_dir or make_run_dir(config, task.name)
-    write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
-    interrupted = _set_aside_interrupted_trials(run_dir) if resume_dir else None
-    cache = None
-    if cache_view is None:
-        cache = ResultCache(config.cache or run_dir / "cache.sqlite")
-        metered = bool(config.cache or resume_dir)
+    with stop_on_signals(f"optimize --resume {run_dir}") as stop:
+        write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
+        interrupted = _set_aside_interrupted_trials(run_dir) if resume_dir else None
+        cache = None
+        if cache_view is None:
+            cache = ResultCache(config.cache or run_dir / "cache.sqlite")
+            metered = bool(config.cache or resume_dir)
 
-        def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
-            return MeteredCache(cache, ledger) if metered else cache
+            def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
+                return MeteredCache(cache, ledger) if metered else cache
 
-    visible = task.without_test()
-    train = {ex.id: ex for ex in visible.splits["train"]}
-    space = space.bind(visible.splits["train"])
-    seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
-    search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-    evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
-                          scoring=config.scoring)
-    context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
-                            config.objective, config.seed, config.budget, dict(config.optimizer_options),
-                            AcceptRule(alpha=config.dev_alpha))
-    proposer = Proposer(build_proposer_backend(config) if config.proposer_model else backend, search_ledger)
-    optimizer = optimizer_cls(context, proposer)
-    storage = JsonlStorage(run_dir / "trials.jsonl")
-    baseline = optimizer.baseline
+        visible = task.without_test()
+        train = {ex.id: ex for ex in visible.splits["train"]}
+        space = space.bind(visible.splits["train"])
+        seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
+        search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
+        evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
+                              scoring=config.scoring)
+        context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
+                                config.objective, config.seed, config.budget, dict(config.optimizer_options),
+                                AcceptRule(alpha=config.dev_alpha))
+        proposer = Proposer(build_proposer_backend(config) if config.proposer_model else backend, search_ledger)
+        optimizer = optimizer_cls(context, proposer)
+        storage = JsonlStorage(run_dir / "trials.jsonl")
+        baseline = optimizer.baseline
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
-                  console=console, transient=False) as progress:
-        bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
+                      console=console, transient=False) as progress:
+            bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
 
-        search_started = time.time()
+            search_started = time.time()
 
-        def on_trial(trial: dict) -> None:
-            if trial["number"] == 0 and trial["budget_spent"]:
-                rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
-                console.print(f"measured {rate:.1f} calls/s on the first trial: the search's {config.budget} calls "
-                              f"should take about {config.budget / rate / 60:.0f} min, the held-out verdict about "
-                              f"{2 * len(task.splits['test']) / rate / 60:.0f} min more")
-            best = trial.get("best_so_far")
-            progress.update(bar, completed=trial["budget_spent"],
-                            best="–" if best is None else f"{best:.3f}")
+            def on_trial(trial: dict) -> None:
+                if trial["number"] == 0 and trial["budget_spent"]:
+                    rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
+                    console.print(f"measured {rate:.1f} calls/s on the first trial: the search's {config.budget} calls "
+                                  f"should take about {config.budget / rate / 60:.0f} min, the held-out verdict about "
+                                  f"{2 * len(task.splits['test']) / rate / 60:.0f} min more")
+                best = trial.get("best_so_far")
+                progress.update(bar, completed=trial["budget_spent"],
+                                best="–" if best is None else f"{best:.3f}")
 
-        outcome = run_search(optimizer, evaluator, storage, on_trial)
+            with stop.during_search():
+                outcome = run_search(optimizer, evaluator, storage, on_trial, should_stop=stop)
 
-    test = task.splits["test"]
-    confirm_ledger = BudgetLedger()
-    test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
-                               confirm_ledger,
-                               scoring=config.scoring)
-    console.print(f"held-out verdict on {len(test)} test examples…")
-    verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
-                               config.confirm_top, config.seed)
+        test = task.splits["test"]
+        confirm_ledger = BudgetLedger()
+        test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
+                                   confirm_ledger,
+                                   scoring=config.scoring)
+        console.print(f"held-out verdict on {len(test)} test examples"
+                      f"{' (of the best candidate so far: the search was interrupted)' if outcome.interrupted else ''}…")
+        verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
+                                   config.confirm_top, config.seed)
 
-    def as_seen(candidate: Candidate) -> str:
-        return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
+        def as_seen(candidate: Candidate) -> str:
+            return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
 
-    shipped = verdict.shipped
-    write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
-                 verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
-    write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
-                 label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
-    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
-                 label="baseline: the task's default prompt, the one every candidate must beat")
-    result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
-                       Resumption(interrupted, evaluator.cache.foreign_calls) if interrupted is not None else None)
-    write_report(result, config, task, space, baseline)
-    write_run_facts(result, task)
-    write_html_report(run_dir)
-    print_summary(result, console)
-    if cache is not None:
-        cache.close()
-    if own_backend:
-        backend.close()
-    return result
+        shipped = verdict.shipped
+        write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
+                     verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
+        write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
+                     label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+        write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
+                     label="baseline: the task's default prompt, the one every candidate must beat")
+        result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
+                           Resumption(interrupted, evaluator.cache.foreign_calls) if interrupted is not None else None)
+        write_report(result, config, task, space, baseline)
+        write_run_facts(result, task)
+        write_html_report(run_dir)
+        print_summary(result, console)
+        if cache is not None:
+            cache.close()
+        if own_backend:
+            backend.close()
+        if outcome.interrupted:
+            raise RunInterrupted(f"stopped by {stop.signal} after the trial in flight; the report of the best "
+                                 f"candidate so far, with its held-out verdict, is {run_dir / 'report.md'}; finish "
+                                 f"the run with `optimize --resume {run_dir}`")
+        return result
 
 
 def _optimize(args: argparse.Namespace) -> int:

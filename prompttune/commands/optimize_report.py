@@ -78,6 +78,10 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"objective `{config.objective}`; splits train {len(task.splits['train'])} / dev {n_dev} / "
         f"test {len(task.splits['test'])}.",
         "",
+        *([f"**Interrupted and resumable: a signal stopped the search after {o.n_trials} trials and "
+           f"{ledger.calls} of {ledger.cap_calls} calls. What follows is the held-out verdict of the best "
+           f"candidate so far; `optimize --resume {result.run_dir}` finishes the search and replaces this "
+           "report.**", ""] if o.interrupted else []),
         f"**Verdict: {v.summary()}.**",
         "",
         f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "

@@ -59,3 +59,14 @@ def write_atomic(path: str | Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def set_aside_trials(run_dir: Path) -> int:
+    """Move an interrupted run's trials.jsonl to trials.interrupted.jsonl, so that the rerun or replay
+    writes trials.jsonl anew; return how many trials it held."""
+    log = run_dir / "trials.jsonl"
+    if not log.is_file():
+        return 0
+    trials = len(JsonlStorage(log).load())
+    os.replace(log, run_dir / "trials.interrupted.jsonl")
+    return trials

@@ -4,7 +4,8 @@ that `prompttune report RUN_DIR` rebuilds the page from the directory alone."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from prompttune.core.storage import write_atomic
 
@@ -12,8 +13,19 @@ if TYPE_CHECKING:
     from prompttune.commands.optimize import RunResult
     from prompttune.tasks.base import Task
 
+FACTS = "verdict.json"
 OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",
                   "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts")
+
+
+def run_status(run_dir: Path) -> Literal["finished", "interrupted"] | None:
+    """"finished", "interrupted" (a signal stopped the search; the verdict is of the best candidate
+    so far, and a resume finishes the run), or None while no verdict has been written."""
+    try:
+        facts = json.loads((run_dir / FACTS).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return facts.get("status", "finished")  # written before runs could be interrupted: finished
 
 
 def write_run_facts(result: "RunResult", task: "Task") -> None:
@@ -21,6 +33,7 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
     test example with the prediction of the baseline and of every candidate tested on test)."""
     v, o = result.verdict, result.outcome
     facts = {
+        "status": "interrupted" if o.interrupted else "finished",
         "task": task.name, "labels": task.labels,
         "splits": {name: len(split) for name, split in task.splits.items()},
         "verdict": {"summary": v.summary(), "alpha": v.alpha, "top_k": v.top_k, "baseline": v.baseline.id,
@@ -32,13 +45,11 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
         "wall_seconds": result.wall_seconds,
     }
-    write_atomic(result.run_dir / "verdict.json", json.dumps(facts, indent=2, ensure_ascii=False))
     test = {ex.id: ex for ex in task.splits["test"]}
-    base = v.records[v.baseline.id]
-    with open(result.run_dir / "test_records.jsonl", "w", encoding="utf-8") as f:
-        for i, record in enumerate(base):
-            example = test[record.example_id]
-            f.write(json.dumps({"example_id": record.example_id, "text": "\n".join(example.fields.values()),
-                                "gold": record.gold,
-                                "pred": {cid: rows[i].pred for cid, rows in v.records.items()}},
-                               ensure_ascii=False) + "\n")
+    rows = [{"example_id": record.example_id, "text": "\n".join(test[record.example_id].fields.values()),
+             "gold": record.gold, "pred": {cid: records[i].pred for cid, records in v.records.items()}}
+            for i, record in enumerate(v.records[v.baseline.id])]
+    write_atomic(result.run_dir / "test_records.jsonl",
+                 "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    # Last: verdict.json marks the run finished (or interrupted), so every file it implies exists.
+    write_atomic(result.run_dir / FACTS, json.dumps(facts, indent=2, ensure_ascii=False))

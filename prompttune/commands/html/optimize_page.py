@@ -295,6 +295,17 @@ def _verdict_section(facts: dict) -> Html:
         if rows else para("The dev winner is the baseline: nothing was tested."))
 
 
+def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
+    """A run a signal stopped: its verdict is of the best candidate so far, and it can be finished."""
+    if facts.get("status") != "interrupted":
+        return []
+    search = facts["ledgers"]["search"]
+    return [Html(f'<div class="verdict kept"><b>Interrupted and resumable.</b> A signal stopped the search after '
+                 f"{facts['search']['n_trials']} trials and {search['calls']} of {search['cap_calls']} calls; the "
+                 "verdict below is of the best candidate so far. "
+                 f"<code>optimize --resume {esc(run_dir)}</code> finishes the search and replaces this report.</div>")]
+
+
 def optimize_page(run_dir: Path) -> str:
     config = read_json(run_dir / "config.json")
     facts = read_json(run_dir / "verdict.json")
@@ -303,7 +314,7 @@ def optimize_page(run_dir: Path) -> str:
     v, labels = facts["verdict"], facts["labels"]
     best_id = v["shipped"] if v["shipped"] != v["baseline"] else v["dev_winner"]
     best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
-    parts = [_verdict_section(facts), _anytime_section(trials, facts, config["budget"]),
+    parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts), _anytime_section(trials, facts, config["budget"]),
              _dimension_section(trials, v["baseline"])]
     if best_id != v["baseline"]:
         parts += [_test_section(records, labels, {"baseline": v["baseline"], best_name: best_id}),
