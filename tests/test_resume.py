@@ -1,5 +1,6 @@
-"""kill -9 at any point, then `--resume`: the same trials, shipped prompt, verdict and ledger totals as
-an uninterrupted run, with nothing charged twice (synthetic oracle in a child process)."""
+"""kill -9 or a signal at any point, then `--resume`: the same trials, shipped prompt, verdict and ledger
+totals as an uninterrupted run, with nothing charged twice; for `optimize` and for `compare` (synthetic
+oracle in a child process)."""
 
 from __future__ import annotations
 
@@ -10,39 +11,45 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from prompttune.cli import main
+from prompttune.commands import compare
+from prompttune.commands.compare import resume_compare, run_compare
 from prompttune.commands.optimize import RunResult, resume_optimization, run_optimization
+from prompttune.compare.arms import ARM_FILE
 from prompttune.core.interrupt import RunInterrupted, StopRequest
 from prompttune.core.storage import JsonlStorage
+from prompttune.evaluation.cache import ResultCache
 from tests.support import oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _signal_when(folder: Path, optimizer: str, trials: int, extra_wait: float,
-                 signum: signal.Signals = signal.SIGKILL) -> tuple[Path, subprocess.Popen]:
-    """Start the child run; send it `signum` once its log holds `trials` lines (plus `extra_wait` s)."""
-    child = subprocess.Popen([sys.executable, "-m", "tests.resume_child", str(folder), optimizer], cwd=REPO,
+def _signal_when(folder: Path, argv: list[str], ready: Callable[[], bool], signum: signal.Signals,
+                 extra_wait: float = 0.0) -> subprocess.Popen:
+    """Start the child (`tests.resume_child`); send it `signum` once `ready()` (plus `extra_wait` s)."""
+    child = subprocess.Popen([sys.executable, "-m", "tests.resume_child", str(folder), *argv], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while time.time() < deadline and child.poll() is None:
-        logs = list(folder.glob("runs/*/trials.jsonl"))
-        if logs and len(JsonlStorage(logs[0]).load()) >= trials:
-            time.sleep(extra_wait)
-            break
+    while time.time() < deadline and child.poll() is None and not ready():
         time.sleep(0.005)
+    time.sleep(extra_wait)
     assert child.poll() is None, "the child finished before it could be stopped"
     os.kill(child.pid, signum)
-    return logs[0].parent, child
+    return child
 
 
-def _kill_when(folder: Path, optimizer: str, trials: int, extra_wait: float) -> Path:
-    run_dir, child = _signal_when(folder, optimizer, trials, extra_wait)
-    child.communicate()
-    return run_dir
+def _stop_optimize(folder: Path, optimizer: str, trials: int, signum: signal.Signals = signal.SIGKILL,
+                   extra_wait: float = 0.0) -> tuple[Path, subprocess.Popen]:
+    """An `optimize` child stopped by `signum` once its log holds `trials` lines; its run directory."""
+    def logged() -> int:
+        logs = list(folder.glob("runs/*/trials.jsonl"))
+        return len(lines(logs[0])) if logs else 0
+    child = _signal_when(folder, ["optimize", optimizer], lambda: logged() >= trials, signum, extra_wait)
+    return next(folder.glob("runs/*")), child
 
 
 def _assert_same_result(run_dir: Path, resumed: RunResult, whole: RunResult) -> None:
@@ -73,7 +80,8 @@ def test_kill_9_then_resume_gives_the_uninterrupted_result(tmp_path: Path, optim
     config = oracle_config(tmp_path / "whole", optimizer=optimizer)
     whole = run_optimization(config, backend=oracle_for(config))
     trials = max(1, round(share * len(JsonlStorage(whole.run_dir / "trials.jsonl").load())))
-    run_dir = _kill_when(tmp_path / "killed", optimizer, trials, extra_wait)
+    run_dir, child = _stop_optimize(tmp_path / "killed", optimizer, trials, extra_wait=extra_wait)
+    child.communicate()
     assert not (run_dir / "verdict.json").exists()
     resumed = resume_optimization(run_dir, backend=oracle_for(config))
     _assert_same_result(run_dir, resumed, whole)
@@ -98,7 +106,7 @@ def test_a_signal_mid_search_reports_the_best_so_far_then_resume_finishes_the_ru
     config = oracle_config(tmp_path / "whole", optimizer="sh")
     whole = run_optimization(config, backend=oracle_for(config))
     trials = len(lines(whole.run_dir / "trials.jsonl")) // 2
-    run_dir, child = _signal_when(tmp_path / "stopped", "sh", trials, 0.0, signum)
+    run_dir, child = _stop_optimize(tmp_path / "stopped", "sh", trials, signum)
     _, stderr = child.communicate(timeout=120)
     # One line says how to finish the run; no traceback.
     assert child.returncode == 130 and "Traceback" not in stderr
@@ -133,3 +141,59 @@ def test_a_second_signal_or_one_outside_the_search_stops_at_once() -> None:
         assert request() and request.signal == "SIGINT"
         with pytest.raises(RunInterrupted, match="stopped at once by SIGINT"):
             request.handle(signal.SIGINT, None)
+
+
+def _comparison_outcome(compare_dir: Path) -> dict:
+    """summary.json without what an interruption may change: paths, wall times, how many charged calls a
+    cache served (a resumed arm's replayed calls are such hits) and the fairness checks' free-text details."""
+    summary = json.loads((compare_dir / "summary.json").read_text())
+    for arm in summary["arms"]:
+        for run in arm["runs"]:
+            for key in ("run_dir", "wall_seconds", "shared_cache_hits_charged"):
+                del run[key]
+            del run["search"]["calls_by_kind"]
+    summary["fairness"] = [(check["claim"], check["ok"]) for check in summary["fairness"]]
+    return summary
+
+
+def test_kill_9_mid_compare_then_resume_reruns_no_finished_arm(tmp_path: Path, monkeypatch) -> None:
+    config = oracle_config(tmp_path / "whole")
+    whole_backend = oracle_for(config)
+    whole = run_compare(config, ["random", "sh"], [0, 1], {}, backend=whole_backend)
+    folder = tmp_path / "killed"
+
+    def one_arm_finished_the_next_midway() -> bool:
+        arms = list(folder.glob("runs/*-compare/arms/*"))
+        running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
+        return len(arms) > len(running) and any(len(lines(a / "trials.jsonl")) >= 2 for a in running)
+    _signal_when(folder, ["compare", "random,sh"], one_arm_finished_the_next_midway, signal.SIGKILL).communicate()
+    compare_dir = next(folder.glob("runs/*-compare"))
+    finished = {d: (d / "trials.jsonl").stat().st_mtime_ns for d in compare_dir.glob("arms/*") if (d / ARM_FILE).is_file()}
+    assert finished and len(finished) < 4 and not (compare_dir / "summary.json").exists()
+    paid = ResultCache(compare_dir / "cache.sqlite")
+    paid_calls = len(paid)
+    paid.close()
+
+    started: list[tuple[str, int]] = []
+    run_arm = compare.run_arm
+    monkeypatch.setattr(compare, "run_arm", lambda bench, arm, seed, resume_dir=None: started.append((arm, seed))
+                        or run_arm(bench, arm, seed, resume_dir))
+    backend = oracle_for(config)
+    resumed = resume_compare(compare_dir, backend=backend)
+    # Finished arms were read back, untouched; only the others ran.
+    read_back = {(r.arm, r.seed) for r in resumed.runs if r.run_dir in finished}
+    assert len(read_back) == len(finished) and not read_back & set(started)
+    assert sorted(read_back | set(started)) == [("random", 0), ("random", 1), ("sh", 0), ("sh", 1)]
+    assert all((d / "trials.jsonl").stat().st_mtime_ns == mtime for d, mtime in finished.items())
+    # Nothing computed twice: the model answered exactly the calls the killed comparison had not cached.
+    whole_cache = ResultCache(whole.run_dir / "cache.sqlite")
+    assert whole_backend.calls == len(whole_cache)
+    whole_cache.close()
+    assert backend.calls == whole_backend.calls - paid_calls
+    # ... and every arm spent, chose and shipped exactly what it did uninterrupted.
+    assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
+        (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
+    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+    assert main(["compare", "--resume", str(compare_dir)]) == 2
+    assert main(["optimize", "--resume", str(compare_dir)]) == 2
+    assert main(["compare", "--resume", str(whole.runs[0].run_dir)]) == 2

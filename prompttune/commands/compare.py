@@ -28,22 +28,26 @@ from prompttune.commands.common import (
     require_dev_budget,
 )
 from prompttune.commands.compare_report import print_summary, write_report
+from prompttune.commands.html.facts import run_status
 from prompttune.commands.optimize import run_optimization
 from prompttune.commands.report import write_html_report
-from prompttune.compare.arms import DSPY_ARMS, ArmRun, Bench, check_arms
+from prompttune.compare.arms import ARM_FILE, DSPY_ARMS, ArmRun, Bench, check_arms, load_arm_run, save_arm_run
 from prompttune.compare.fairness import Check, LeakWatch, fairness_checks
 from prompttune.compare.plot import plot_anytime
 from prompttune.compare.summary import ArmSummary, PairTest, pairwise, summarize
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.interrupt import RunInterrupted
+from prompttune.core.storage import write_atomic
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 
 
-def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
-    """A prompttune optimizer through the ordinary runner, on the shared model and cache view."""
+def run_prompttune_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -> ArmRun:
+    """A prompttune optimizer through the ordinary runner, on the shared model and cache view;
+    `resume_dir` finishes the arm an interrupted comparison left there."""
     views: list[MeteredCache] = []
 
     def view(ledger: BudgetLedger) -> MeteredCache:
@@ -52,7 +56,7 @@ def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
 
     start = len(bench.backend.flags)
     result = run_optimization(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
-                              cache_view=view)
+                              cache_view=view, resume_dir=resume_dir)
     search = next(v for v in views if v.ledger is result.search_ledger)
     confirming = next(v for v in views if v.ledger is result.confirm_ledger)
     # Confirmation comes last, so the requests before its own are the search's.
@@ -66,12 +70,28 @@ def run_prompttune_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
                   stop - start, bench.backend.leaks(start, stop))
 
 
-def run_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
+def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -> ArmRun:
+    """One arm at one seed. An unfinished prompttune arm resumes in `resume_dir`; a DSPy arm starts
+    again in its own directory. Either way the calls it paid for before are in the shared cache and
+    its fresh metered view charges each of them once more, so its totals equal an uninterrupted arm's."""
     if arm in DSPY_ARMS:
         from prompttune.compare.dspy_arm import run_dspy_arm
 
         return run_dspy_arm(bench, arm, seed)
-    return run_prompttune_arm(bench, arm, seed)
+    return run_prompttune_arm(bench, arm, seed, resume_dir)
+
+
+def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, int], Path]:
+    """The directory of each arm × seed an interrupted comparison left: a finished arm (arm.json),
+    else one to resume. A run that finished but was not yet saved as an arm starts again elsewhere."""
+    found: dict[tuple[str, int], Path] = {}
+    for config_file in sorted(arms_dir.glob("*/config.json")):
+        run_dir = config_file.parent
+        config = RunConfig.model_validate_json(config_file.read_text(encoding="utf-8"))
+        key = (config.optimizer, config.seed)
+        if (run_dir / ARM_FILE).is_file() or (key not in found and run_status(run_dir) != "finished"):
+            found[key] = run_dir
+    return found
 
 
 @dataclass
@@ -102,7 +122,10 @@ def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
-                backend: Backend | None = None, console: Console | None = None) -> Comparison:
+                backend: Backend | None = None, console: Console | None = None,
+                resume_dir: Path | None = None) -> Comparison:
+    """Every arm at every seed, then the summaries, fairness checks and report. With `resume_dir`
+    (an interrupted comparison), finished arms are read back and the others resumed or restarted."""
     started = time.time()
     console = console or Console(stderr=True)
     check_arms(arms, options)
@@ -111,9 +134,10 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     task = load_run_task(config)
     require_dev_budget(config, task)
     space = load_space(config, task).bind(task.splits["train"])
-    run_dir = new_run_dir(config.runs_dir, f"{task.name}-compare")
-    (run_dir / "config.json").write_text(json.dumps(
+    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{task.name}-compare")
+    write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "optimizers": arms, "seeds": seeds, "options": options}, indent=2))
+    reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
     watch = LeakWatch(backend or build_backend(config), task)
     bench = Bench(config, task, space, watch, shared, options, run_dir / "arms", console)
@@ -121,11 +145,20 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         runs = []
         for arm in arms:
             for seed in seeds:
-                runs.append(run_arm(bench, arm, seed))
+                earlier = reuse.get((arm, seed))
+                if earlier and (earlier / ARM_FILE).is_file():
+                    runs.append(load_arm_run(earlier))
+                    console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
+                else:
+                    runs.append(run_arm(bench, arm, seed, earlier))
+                    save_arm_run(runs[-1])
                 c = runs[-1].confirmation
                 console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} (baseline "
                               f"{c.baseline_accuracy:.3f}), {runs[-1].search.calls}/{config.budget} calls")
         verdict_calls = _rescore_winners(bench, runs)
+    except KeyboardInterrupt:
+        raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
+                             f"`compare --resume {run_dir}`") from None
     finally:
         shared.close()
     summaries = summarize(runs, arms, seeds)
@@ -151,26 +184,46 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
     return options
 
 
+def resume_compare(run_dir: Path, backend: Backend | None = None, console: Console | None = None) -> Comparison:
+    """Finish an interrupted comparison with its own settings (see `run_compare`)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a compare run directory")
+    if (run_dir / "summary.json").is_file():
+        raise UserError(f"{run_dir} finished already (summary.json exists); nothing to resume")
+    try:
+        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{run_dir} is not a compare run directory: config.json missing") from None
+    if not {"run", "optimizers", "seeds", "options"} <= saved.keys():
+        raise UserError(f"{run_dir} is not a compare run directory (its config.json is an optimize run's?)")
+    return run_compare(RunConfig.model_validate(saved["run"]), saved["optimizers"], saved["seeds"], saved["options"],
+                       backend, console, resume_dir=run_dir)
+
+
 def _compare(args: argparse.Namespace) -> int:
-    if args.seeds < 1:
-        raise UserError("--seeds must be at least 1")
-    arms = [name.strip() for name in args.optimizers.split(",") if name.strip()]
-    if not arms:
-        raise UserError("--optimizers names no optimizer")
-    config = RunConfig(
-        task=args.task, data_dir=args.data_dir, space=args.space, budget=args.budget,
-        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
-        train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
-        runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
-    result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option))
+    if args.resume:
+        result = resume_compare(Path(args.resume))
+    else:
+        if args.seeds < 1:
+            raise UserError("--seeds must be at least 1")
+        arms = [name.strip() for name in args.optimizers.split(",") if name.strip()]
+        if not arms:
+            raise UserError("--optimizers names no optimizer")
+        config = RunConfig(
+            task=args.task, data_dir=args.data_dir, space=args.space, budget=args.budget,
+            budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
+            train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
+            runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+        result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)), parse_options(args.option))
     failed = [check.claim for check in result.checks if not check.ok]
     if failed:
         print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
         return 1
     best = max(result.summaries, key=lambda s: s.accuracy)
-    print(f"{len(arms)} optimizers × {args.seeds} seeds at {args.budget} calls: best mean test accuracy "
-          f"{best.accuracy:.3f} ({best.arm}), baseline {result.runs[0].confirmation.baseline_accuracy:.3f}; "
-          f"report: {result.run_dir / 'report.md'}")
+    print(f"{len(result.arms)} optimizers × {len(result.seeds)} seeds at {result.config.budget} calls: best mean "
+          f"test accuracy {best.accuracy:.3f} ({best.arm}), baseline "
+          f"{result.runs[0].confirmation.baseline_accuracy:.3f}; report: {result.run_dir / 'report.md'}")
     return 0
 
 
@@ -185,4 +238,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.num_trials=8 (repeatable)")
+    compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "
+                         "(its own settings; finished arms are read back, the others resumed, paid calls charged once)")
     compare.set_defaults(handler=_compare)

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -53,21 +54,21 @@ class Resumption:
     calls_replayed: int
 
 
-def _set_aside_interrupted_trials(run_dir: Path) -> int:
-    """Keep the interrupted run's log as trials.interrupted.jsonl; the replay writes trials.jsonl anew."""
-    if run_status(run_dir) == "finished":
-        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
-    return set_aside_trials(run_dir)
-
-
 def resume_optimization(run_dir: Path, backend: Backend | None = None, console: Console | None = None) -> RunResult:
     """Finish an interrupted run: the same search replays its asks through the cache the
     interrupted run filled (each replayed call charged once, so the cap holds), then goes on live."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a run directory")
+    if run_status(run_dir) == "finished":
+        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
     try:
         config = RunConfig.model_validate_json((run_dir / "config.json").read_text())
     except FileNotFoundError:
         raise UserError(f"{run_dir} is not a run directory: config.json missing") from None
+    except ValidationError:
+        raise UserError(f"{run_dir / 'config.json'} is not an optimize run's configuration "
+                        "(a comparison's? `compare --resume` finishes those)") from None
     return run_optimization(config, backend, console, resume_dir=run_dir)
 
 
@@ -130,7 +131,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     run_dir = resume_dir or make_run_dir(config, task.name)
     with stop_on_signals(f"optimize --resume {run_dir}") as stop:
         write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
-        interrupted = _set_aside_interrupted_trials(run_dir) if resume_dir else None
+        interrupted = set_aside_trials(run_dir) if resume_dir else None
         cache = None
         if cache_view is None:
             cache = ResultCache(config.cache or run_dir / "cache.sqlite")

@@ -25,7 +25,7 @@ import dspy
 import numpy as np
 
 from prompttune.compare.arms import ArmRun, Bench
-from prompttune.core.storage import JsonlStorage
+from prompttune.core.storage import JsonlStorage, set_aside_trials
 from prompttune.core.types import Record
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
@@ -195,7 +195,8 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     started = time.time()
     config = bench.arm_config(arm, seed)
     run_dir = bench.arms_dir / f"{arm}-s{seed}"
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    set_aside_trials(run_dir)  # an arm an interrupted comparison left unfinished compiles again from the start
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     task = bench.task
     train = {ex.id: ex for ex in task.splits["train"]}
