@@ -197,3 +197,19 @@ def test_kill_9_mid_compare_then_resume_reruns_no_finished_arm(tmp_path: Path, m
     assert main(["compare", "--resume", str(compare_dir)]) == 2
     assert main(["optimize", "--resume", str(compare_dir)]) == 2
     assert main(["compare", "--resume", str(whole.runs[0].run_dir)]) == 2
+
+
+def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_path: Path) -> None:
+    pytest.importorskip("dspy")
+    config = oracle_config(tmp_path, budget=150, dev_size=50)
+    whole = run_compare(config, ["dspy-bfrs"], [0], {}, backend=oracle_for(config))
+    arm = whole.runs[0]
+    # What a kill leaves after the arm's last file but before its arm.json: an unfinished arm.
+    (arm.run_dir / ARM_FILE).unlink()
+    (whole.run_dir / "summary.json").unlink()
+    backend = oracle_for(config)
+    again = resume_compare(whole.run_dir, backend=backend).runs[0]
+    assert backend.calls == 0  # every call it makes again is in the shared cache ...
+    assert (again.search.calls, again.search.tokens, again.best, again.confirmation) == (  # ... and charged once
+        arm.search.calls, arm.search.tokens, arm.best, arm.confirmation)
+    assert lines(arm.run_dir / "trials.interrupted.jsonl") == lines(arm.run_dir / "trials.jsonl")
