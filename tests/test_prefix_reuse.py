@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from prompttune.backends.base import Backend
 from prompttune.backends.transformers_backend import TransformersBackend
-from prompttune.core.types import GenerateRequest, ScoreRequest
+from prompttune.core.types import GenerateRequest, ScoreRequest, ScoreResult
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator, Mode
 from prompttune.evaluation.ledger import BudgetLedger
@@ -102,3 +103,21 @@ def test_prefix_reuse_generates_what_the_full_prompt_generates(backend: Transfor
     reused, full = _both_paths(backend, backend.generate, requests)
     assert [r.text for r in reused] == [f.text for f in full]
     assert [r.completion_tokens for r in reused] == [f.completion_tokens for f in full]
+
+
+def test_batch_composition_changes_no_score_in_fp32(backend: TransformersBackend, data_dir: Path) -> None:
+    """The determinism guarantee's footing: what a request scores does not depend on the requests batched
+    with it (fp32; bf16 is not invariant, see benchmarks/batch_invariance.py)."""
+    task = load_task("agnews", str(data_dir), SplitSizes(8, 16, 8))
+    spec = default_space(task).default_candidate().spec
+    requests = _requests(backend, task, [spec], "score", n=16)
+
+    def scored_in_batches_of(size: int) -> list[ScoreResult]:
+        default, backend.batch_size = backend.batch_size, size
+        try:
+            return backend.score(requests)
+        finally:
+            backend.batch_size = default
+    batched, alone = scored_in_batches_of(16), scored_in_batches_of(1)
+    assert [int(np.argmax(s.logprobs)) for s in batched] == [int(np.argmax(s.logprobs)) for s in alone]
+    assert max(abs(a - b) for r, f in zip(batched, alone) for a, b in zip(r.logprobs, f.logprobs)) < 1e-4
