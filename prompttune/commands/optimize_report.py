@@ -109,8 +109,9 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
         f"tokens. Wall time {result.wall_seconds:.0f} s."
         + (f" Resumed after an interruption: {result.resumed.trials_before} trials had been logged "
-           f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were replayed "
-           "from the interrupted run's cache and charged once, then the search went on live."
+           f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were served by "
+           "the cache the interrupted run (in a comparison, also the other arms) had filled, each charged once, "
+           "then the search went on live."
            if result.resumed else ""),
         "",
         "## Shipped prompt (`best_prompt.json`, `best_prompt.txt`)",
