@@ -61,16 +61,20 @@ def test_report_command_rebuilds_the_page_from_the_directory(oracle_run: RunResu
     (None, "is not a directory"),
     ({}, "config.json missing"),
     ({"config.json": "{}"}, "holds no trials.jsonl"),
-    ({"config.json": "{}", "trials.jsonl": ""}, "lacks verdict.json"),
+    ({"config.json": "{}", "trials.jsonl": ""}, "is an unfinished run (no verdict yet): `optimize --resume"),
+    ({"arms": None, "config.json": "{}"}, "is an unfinished comparison: `compare --resume"),
     ({"config.json": "{", "trials.jsonl": ""}, "config.json: not valid JSON"),
 ])
 def test_report_command_on_a_bad_directory_is_one_line_and_exit_2(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str] | None, message: str) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], files: dict[str, str | None] | None, message: str) -> None:
     run_dir = tmp_path / "run"
     if files is not None:
         run_dir.mkdir()
         for name, content in files.items():
-            (run_dir / name).write_text(content)
+            if content is None:
+                (run_dir / name).mkdir()
+            else:
+                (run_dir / name).write_text(content)
     assert main(["report", str(run_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err

@@ -86,13 +86,15 @@ def _cached_keys(cache_file: Path) -> set[str]:
     ("random", 1.0, 0.15),  # after the search, during the held-out verdict
 ])
 def test_kill_9_then_resume_gives_the_uninterrupted_result(tmp_path: Path, optimizer: str, share: float,
-                                                           extra_wait: float) -> None:
+                                                           extra_wait: float, capsys) -> None:
     config = oracle_config(tmp_path / "whole", optimizer=optimizer)
     whole = run_optimization(config, backend=oracle_for(config))
     trials = max(1, round(share * len(JsonlStorage(whole.run_dir / "trials.jsonl").load())))
     run_dir, child = _stop_optimize(tmp_path / "killed", optimizer, trials, extra_wait=extra_wait)
     child.communicate()
     assert not (run_dir / "verdict.json").exists()
+    assert main(["report", str(run_dir)]) == 2
+    assert f"`optimize --resume {run_dir}` finishes it" in capsys.readouterr().err
     resumed = resume_optimization(run_dir, backend=oracle_for(config))
     _assert_same_result(run_dir, resumed, whole)
     assert len(lines(run_dir / "trials.interrupted.jsonl")) >= trials
@@ -167,7 +169,7 @@ def _comparison_outcome(compare_dir: Path) -> dict:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
-def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_path: Path, monkeypatch,
+def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_path: Path, monkeypatch, capsys,
                                                                           signum: signal.Signals) -> None:
     config = oracle_config(tmp_path / "whole")
     whole_backend = oracle_for(config)
@@ -189,6 +191,8 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
     finished = {d: (d / "trials.jsonl").stat().st_mtime_ns for d in compare_dir.glob("arms/*") if (d / ARM_FILE).is_file()}
     assert finished and len(finished) < 4 and not (compare_dir / "summary.json").exists()
     paid = _cached_keys(compare_dir / "cache.sqlite")
+    assert main(["report", str(compare_dir)]) == 2
+    assert f"`compare --resume {compare_dir}` finishes it" in capsys.readouterr().err
 
     started: list[tuple[str, int]] = []
     run_arm = compare.run_arm

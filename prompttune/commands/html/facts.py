@@ -19,8 +19,8 @@ OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_sc
 
 
 def run_status(run_dir: Path) -> Literal["finished", "interrupted"] | None:
-    """"finished", "interrupted" (a signal stopped the search; the verdict is of the best candidate
-    so far, and a resume finishes the run), or None while no verdict has been written."""
+    """The run's state: finished; interrupted (a signal stopped the search, the verdict is of the best
+    candidate so far, and a resume finishes the run); or None while no verdict has been written."""
     try:
         facts = json.loads((run_dir / FACTS).read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prompttune.commands.html.facts import FACTS, run_status
 from prompttune.commands.html.page import (
     Html,
     document,
@@ -27,6 +28,7 @@ from prompttune.commands.html.page import (
 from prompttune.commands.optimize_report import _ci
 from prompttune.compare.plot import draw_anytime
 from prompttune.compare.summary import t_interval
+from prompttune.core.errors import UserError
 from prompttune.objectives.stats import wilson_ci
 
 MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing
@@ -308,7 +310,9 @@ def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
 
 def optimize_page(run_dir: Path) -> str:
     config = read_json(run_dir / "config.json")
-    facts = read_json(run_dir / "verdict.json")
+    if run_status(run_dir) is None:
+        raise UserError(f"{run_dir} is an unfinished run (no verdict yet): `optimize --resume {run_dir}` finishes it")
+    facts = read_json(run_dir / FACTS)
     trials = read_jsonl(run_dir / "trials.jsonl")
     records = read_jsonl(run_dir / "test_records.jsonl")
     v, labels = facts["verdict"], facts["labels"]
