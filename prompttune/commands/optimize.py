@@ -116,6 +116,10 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     Otherwise a private run directory cache is used as is, while a `--cache` shared with other
     runs, and the cache an interrupted run filled (`resume_dir`), are seen through `MeteredCache`:
     a hit on an entry this run has not produced is charged like the call it replaces.
+
+    A first SIGINT or SIGTERM during the search stops it after the trial in flight; the run then
+    tests its best candidate so far on the held-out split, writes that report marked interrupted,
+    and raises `RunInterrupted`, whose message says how to resume.
     """
     started = time.time()
     console = console or Console(stderr=True)
@@ -131,7 +135,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     run_dir = resume_dir or make_run_dir(config, task.name)
     with stop_on_signals(f"optimize --resume {run_dir}") as stop:
         write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
-        interrupted = set_aside_trials(run_dir) if resume_dir else None
+        trials_before = set_aside_trials(run_dir) if resume_dir else None
         cache = None
         if cache_view is None:
             cache = ResultCache(config.cache or run_dir / "cache.sqlite")
@@ -196,7 +200,7 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
         write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
                      label="baseline: the task's default prompt, the one every candidate must beat")
         result = RunResult(run_dir, baseline, outcome, verdict, search_ledger, confirm_ledger, time.time() - started,
-                           Resumption(interrupted, evaluator.cache.foreign_calls) if interrupted is not None else None)
+                           Resumption(trials_before, evaluator.cache.foreign_calls) if trials_before is not None else None)
         write_report(result, config, task, space, baseline)
         write_run_facts(result, task)
         write_html_report(run_dir)
