@@ -2,11 +2,11 @@
 
 Runs `optimize` twice in this process with the same config and seed (default: mipro on agnews,
 budget 2000, the default splits; budget for a long first run: benchmarks/throughput.py measured
-the full-prompt path at 2.2 prompts/s on 4-demo prompts in fp32 on 2 CPU cores), first with the transformers backend's full-prompt path
-(`prefix_reuse=False`), then with prefix reuse, each with its own empty cache, and prints the wall
-time of each search and verdict, the speed-up, and whether the trials (candidates, dev scores),
-the dev winner, what ships and the verdict agree. Run it alone on the machine: its figures are
-wall times.
+the full-prompt path at 2.2 prompts/s on 4-demo prompts in fp32 on 2 CPU cores), first with the
+transformers backend's full-prompt path (`prefix_reuse=False`), then with prefix reuse, each with
+its own empty cache, and prints the wall time of each search and verdict, the speed-up, and
+whether the trials (candidates, dev scores), the dev winner, what ships and the verdict agree. Run
+it alone on the machine: its figures are wall times.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/prefix_reuse_search.py [--optimizer mipro]
      [--budget 2000] [--dtype auto]

@@ -2,7 +2,8 @@
 
 Only wiring: each command lives in `prompttune.commands` and registers its own parser. Bad input
 ends in one line on stderr and exit code 2, never a traceback; an outage (no server answered in
-time) in one line and exit code 75; an unexpected failure in one line naming the file that holds
+time) in one line and exit code 75; a signal (Ctrl-C, SIGTERM) in one line naming the `--resume` that
+finishes the run and exit code 130; an unexpected failure in one line naming the file that holds
 its traceback (`error.log` in the run directory), exit code 1.
 """
 
@@ -26,6 +27,7 @@ from prompttune.core.errors import BackendUnavailable, UserError
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
 EXIT_UNAVAILABLE = 75  # sysexits' EX_TEMPFAIL: no server answered; try again later (optimize --resume)
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -84,10 +86,9 @@ def _run(argv: Sequence[str] | None) -> int:
         err = exc.errors()[0]
         flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "an option"
         _say(f"{flag} {err['input']}: {err['msg']}")
-    except KeyboardInterrupt:
-        print("interrupted: trials so far are in the run directory; finish it with "
-              "`optimize --resume RUN_DIR`", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # a run's RunInterrupted carries the line that says how to finish it
+        print(f"interrupted: {' '.join(str(exc).splitlines())}" if str(exc) else "interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except Exception as exc:
         log = _save_traceback(context.get(RUN_DIR))
         what = str(exc).splitlines()[0] if str(exc) else ""

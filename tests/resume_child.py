@@ -1,7 +1,8 @@
-"""Child process for the resume tests: one colours-oracle run, slowed down so the parent can kill
-it with SIGKILL at a chosen point (test device only).
+"""Child process for the resume tests: one colours-oracle `optimize` or `compare` through the command
+line, slowed down so the parent can signal or kill it at a chosen point (test device only).
 
-Run: python -m tests.resume_child TMP_DIR OPTIMIZER
+Run: python -m tests.resume_child TMP_DIR optimize OPTIMIZER
+     python -m tests.resume_child TMP_DIR compare OPTIMIZER,OPTIMIZER,...
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from prompttune.commands.optimize import run_optimization
+from prompttune.cli import main
+from prompttune.commands import compare, optimize
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 
@@ -23,5 +25,10 @@ class SlowBackend(CountingBackend):
 
 
 if __name__ == "__main__":
-    config = oracle_config(Path(sys.argv[1]), optimizer=sys.argv[2])
-    run_optimization(config, backend=SlowBackend(oracle_for(config)))
+    folder, command, optimizers = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    config = oracle_config(folder)
+    optimize.build_backend = compare.build_backend = lambda _: SlowBackend(oracle_for(config))  # the test device
+    which = ["--optimizer", optimizers] if command == "optimize" else ["--optimizers", optimizers, "--seeds", "2"]
+    sys.exit(main([command, *which, "--task", config.task, "--budget", str(config.budget),
+                   "--train-size", str(config.train_size), "--dev-size", str(config.dev_size),
+                   "--test-size", str(config.test_size), "--runs-dir", config.runs_dir]))

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from prompttune.backends.base import Backend
 from prompttune.backends.transformers_backend import TransformersBackend
-from prompttune.core.types import GenerateRequest, ScoreRequest
+from prompttune.core.types import GenerateRequest, ScoreRequest, ScoreResult
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator, Mode
 from prompttune.evaluation.ledger import BudgetLedger
@@ -114,3 +115,21 @@ def test_a_seeded_sample_depends_on_its_seed_alone(backend: TransformersBackend,
     [alone] = backend.generate([GenerateRequest(text, 12, temperature=1.0, seed=1)])
     assert alone.text == drawn[1].text and drawn[1].text != drawn[2].text
     assert drawn[0].text == backend.generate([greedy])[0].text
+
+
+def test_batch_composition_changes_no_score_in_fp32(backend: TransformersBackend, data_dir: Path) -> None:
+    """The determinism guarantee's footing: what a request scores does not depend on the requests batched
+    with it (fp32; bf16 is not invariant, see benchmarks/batch_invariance.py)."""
+    task = load_task("agnews", str(data_dir), SplitSizes(8, 16, 8))
+    spec = default_space(task).default_candidate().spec
+    requests = _requests(backend, task, [spec], "score", n=16)
+
+    def scored_in_batches_of(size: int) -> list[ScoreResult]:
+        default, backend.batch_size = backend.batch_size, size
+        try:
+            return backend.score(requests)
+        finally:
+            backend.batch_size = default
+    batched, alone = scored_in_batches_of(16), scored_in_batches_of(1)
+    assert [int(np.argmax(s.logprobs)) for s in batched] == [int(np.argmax(s.logprobs)) for s in alone]
+    assert max(abs(a - b) for r, f in zip(batched, alone) for a, b in zip(r.logprobs, f.logprobs)) < 1e-4

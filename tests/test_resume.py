@@ -1,41 +1,83 @@
-"""kill -9 at any point, then `--resume`: the same trials, shipped prompt, verdict and ledger totals as
-an uninterrupted run, with nothing charged twice (synthetic oracle in a child process)."""
+"""kill -9 or a signal at any point, then `--resume`: the same trials, shipped prompt, verdict and ledger
+totals as an uninterrupted run, with nothing charged twice; for `optimize` and for `compare` (synthetic
+oracle in a child process), and once for `optimize --budget 600` on the embedded model."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from prompttune.backends.factory import build_backend
 from prompttune.cli import main
-from prompttune.commands.optimize import resume_optimization, run_optimization
+from prompttune.commands import compare
+from prompttune.commands.compare import resume_compare, run_compare
+from prompttune.commands.html.facts import run_status
+from prompttune.commands.optimize import RunResult, resume_optimization, run_optimization
+from prompttune.compare.arms import ARM_FILE
+from prompttune.core.config import RunConfig
+from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
 from prompttune.core.storage import JsonlStorage
-from tests.support import oracle_config, oracle_for
+from tests.support import CountingBackend, oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _kill_when(folder: Path, optimizer: str, trials: int, extra_wait: float) -> Path:
-    """Start the child run; SIGKILL it once its log holds `trials` lines (plus `extra_wait` s)."""
-    child = subprocess.Popen([sys.executable, "-m", "tests.resume_child", str(folder), optimizer], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _signal_when(folder: Path, argv: list[str], ready: Callable[[], bool], signum: signal.Signals,
+                 extra_wait: float = 0.0) -> subprocess.Popen:
+    """Start the child (`tests.resume_child`); send it `signum` once `ready()` (plus `extra_wait` s)."""
+    child = subprocess.Popen([sys.executable, "-m", "tests.resume_child", str(folder), *argv], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
-    while time.time() < deadline and child.poll() is None:
-        logs = list(folder.glob("runs/*/trials.jsonl"))
-        if logs and len(JsonlStorage(logs[0]).load()) >= trials:
-            time.sleep(extra_wait)
-            break
+    while time.time() < deadline and child.poll() is None and not ready():
         time.sleep(0.005)
-    assert child.poll() is None, "the child finished before it could be killed"
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    return logs[0].parent
+    time.sleep(extra_wait)
+    assert child.poll() is None, "the child finished before it could be stopped"
+    os.kill(child.pid, signum)
+    return child
+
+
+def _stop_optimize(folder: Path, optimizer: str, trials: int, signum: signal.Signals = signal.SIGKILL,
+                   extra_wait: float = 0.0) -> tuple[Path, subprocess.Popen]:
+    """An `optimize` child stopped by `signum` once its log holds `trials` lines; its run directory."""
+    def logged() -> int:
+        logs = list(folder.glob("runs/*/trials.jsonl"))
+        return len(lines(logs[0])) if logs else 0
+    child = _signal_when(folder, ["optimize", optimizer], lambda: logged() >= trials, signum, extra_wait)
+    return next(folder.glob("runs/*")), child
+
+
+def _assert_same_result(run_dir: Path, resumed: RunResult, whole: RunResult) -> None:
+    """Trials, shipped prompt, verdict and both ledgers' totals as in the uninterrupted run."""
+    assert lines(run_dir / "trials.jsonl") == lines(whole.run_dir / "trials.jsonl")
+    assert json.loads((run_dir / "best_prompt.json").read_text()) == json.loads(
+        (whole.run_dir / "best_prompt.json").read_text())
+    assert resumed.verdict.summary() == whole.verdict.summary()
+    # Nothing charged twice: the replayed calls were charged once, exactly as the first time.
+    def totals(result: RunResult) -> list[tuple[int, int, int]]:
+        return [(ledger.calls, ledger.prompt_tokens, ledger.completion_tokens)
+                for ledger in (result.search_ledger, result.confirm_ledger)]
+    assert totals(resumed) == totals(whole)
+    assert resumed.search_ledger.calls <= resumed.search_ledger.cap_calls
+
+
+def lines(path: Path) -> list[dict]:
+    return JsonlStorage(path).load()
+
+
+def _cached_keys(cache_file: Path) -> set[str]:
+    """The keys of every model output a run's cache holds: the calls that run paid for."""
+    with closing(sqlite3.connect(cache_file)) as db:
+        return {key for (key,) in db.execute("SELECT key FROM results")}
 
 
 @pytest.mark.parametrize("optimizer,share,extra_wait", [
@@ -45,25 +87,18 @@ def _kill_when(folder: Path, optimizer: str, trials: int, extra_wait: float) -> 
     ("mipro", 0.5, 0.0),    # after its proposer calls
 ])
 def test_kill_9_then_resume_gives_the_uninterrupted_result(tmp_path: Path, optimizer: str, share: float,
-                                                           extra_wait: float) -> None:
+                                                           extra_wait: float, capsys) -> None:
     config = oracle_config(tmp_path / "whole", optimizer=optimizer)
     whole = run_optimization(config, backend=oracle_for(config))
     trials = max(1, round(share * len(JsonlStorage(whole.run_dir / "trials.jsonl").load())))
-    run_dir = _kill_when(tmp_path / "killed", optimizer, trials, extra_wait)
+    run_dir, child = _stop_optimize(tmp_path / "killed", optimizer, trials, extra_wait=extra_wait)
+    child.communicate()
     assert not (run_dir / "verdict.json").exists()
+    assert main(["report", str(run_dir)]) == 2
+    assert f"`optimize --resume {run_dir}` finishes it" in capsys.readouterr().err
     resumed = resume_optimization(run_dir, backend=oracle_for(config))
-
-    def lines(path: Path) -> list[dict]:
-        return JsonlStorage(path).load()
-    assert lines(run_dir / "trials.jsonl") == lines(whole.run_dir / "trials.jsonl")
+    _assert_same_result(run_dir, resumed, whole)
     assert len(lines(run_dir / "trials.interrupted.jsonl")) >= trials
-    assert json.loads((run_dir / "best_prompt.json").read_text()) == json.loads(
-        (whole.run_dir / "best_prompt.json").read_text())
-    assert resumed.verdict.summary() == whole.verdict.summary()
-    # Nothing charged twice: the replayed calls were charged once, exactly as the first time.
-    assert (resumed.search_ledger.calls, resumed.search_ledger.tokens) == (whole.search_ledger.calls,
-                                                                           whole.search_ledger.tokens)
-    assert resumed.search_ledger.calls <= config.budget
     assert resumed.resumed and resumed.resumed.calls_replayed > 0
     # Each kind of call (proposer calls included) replayed from the cache or made live, once.
     by_kind = resumed.search_ledger.calls_by_kind
@@ -82,3 +117,167 @@ def test_a_torn_last_line_is_skipped_and_a_finished_run_is_not_resumed(tmp_path:
     done = run_optimization(config, backend=oracle_for(config))
     assert main(["optimize", "--resume", str(done.run_dir)]) == 2
     assert "finished already" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_search_reports_the_best_so_far_then_resume_finishes_the_run(
+        tmp_path: Path, signum: signal.Signals, capsys) -> None:
+    config = oracle_config(tmp_path / "whole", optimizer="sh")
+    whole = run_optimization(config, backend=oracle_for(config))
+    trials = len(lines(whole.run_dir / "trials.jsonl")) // 2
+    run_dir, child = _stop_optimize(tmp_path / "stopped", "sh", trials, signum)
+    _, stderr = child.communicate(timeout=120)
+    # One line says how to finish the run; no traceback.
+    assert child.returncode == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: stopped by {signum.name} after the trial in flight; the report of the best candidate so far, "
+        f"with its held-out verdict, is {run_dir / 'report.md'}; finish the run with `optimize --resume {run_dir}`")
+    # The trial in flight was finished, the search stopped there, and the best so far was tested on test.
+    stopped = lines(run_dir / "trials.jsonl")
+    assert trials <= len(stopped) < len(lines(whole.run_dir / "trials.jsonl"))
+    facts = json.loads((run_dir / "verdict.json").read_text())
+    assert run_status(run_dir) == "interrupted" and facts["ledgers"]["search"]["calls"] == stopped[-1]["budget_spent"]
+    assert interruption(run_dir)["reason"] == f"stopped by {signum.name} after the trial in flight"
+    assert facts["ledgers"]["confirm"]["calls"] >= config.test_size
+    assert "Interrupted and resumable" in (run_dir / "report.md").read_text()
+    assert main(["report", str(run_dir)]) == 0
+    assert "Interrupted and resumable" in (run_dir / "report.html").read_text()
+
+    resumed = resume_optimization(run_dir, backend=oracle_for(config))
+    _assert_same_result(run_dir, resumed, whole)
+    assert lines(run_dir / "trials.interrupted.jsonl") == stopped
+    assert run_status(run_dir) == "finished" and not interruption(run_dir)
+    report = (run_dir / "report.md").read_text()
+    assert "Interrupted and resumable" not in report
+    assert f"Resumed after an interruption (stopped by {signum.name} after the trial in flight)" in report
+    assert main(["optimize", "--resume", str(run_dir)]) == 2
+    assert "finished already" in capsys.readouterr().err
+
+
+def test_a_second_signal_or_one_outside_the_search_stops_at_once() -> None:
+    request = StopRequest("optimize --resume runs/x")
+    with pytest.raises(RunInterrupted, match="stopped at once by SIGTERM.*`optimize --resume runs/x`"):
+        request.handle(signal.SIGTERM, None)
+    with request.during_search():
+        request.handle(signal.SIGINT, None)
+        assert request() and request.signal == "SIGINT"
+        with pytest.raises(RunInterrupted, match="stopped at once by SIGINT"):
+            request.handle(signal.SIGINT, None)
+
+
+def _comparison_outcome(compare_dir: Path) -> dict:
+    """summary.json without what an interruption may change: paths, wall times, how many charged calls and
+    tokens a cache served rather than the model (a resumed arm's replayed calls are such hits) and the
+    fairness checks' free-text details."""
+    summary = json.loads((compare_dir / "summary.json").read_text())
+    for arm in summary["arms"]:
+        for run in arm["runs"]:
+            for key in ("run_dir", "wall_seconds", "shared_cache_hits_charged", "shared_cache_tokens_charged",
+                        "served_by_model"):
+                del run[key]
+            del run["search"]["calls_by_kind"]
+    summary["fairness"] = [(check["claim"], check["ok"]) for check in summary["fairness"]]
+    return summary
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_path: Path, monkeypatch, capsys,
+                                                                          signum: signal.Signals) -> None:
+    config = oracle_config(tmp_path / "whole")
+    whole_backend = oracle_for(config)
+    whole = run_compare(config, ["random", "sh"], [0, 1], {}, backend=whole_backend)
+    folder = tmp_path / "killed"
+
+    def one_arm_finished_the_next_midway() -> bool:
+        arms = list(folder.glob("runs/*-compare/arms/*"))
+        running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
+        return len(arms) > len(running) and any(len(lines(a / "trials.jsonl")) >= 2 for a in running)
+    child = _signal_when(folder, ["compare", "random,sh"], one_arm_finished_the_next_midway, signum)
+    _, stderr = child.communicate(timeout=120)
+    compare_dir = next(folder.glob("runs/*-compare"))
+    if signum == signal.SIGINT:  # the arm in flight finished its trial and wrote its interim report
+        assert child.returncode == 130 and stderr.strip().splitlines()[-1] == (
+            f"interrupted: comparison stopped; the arms finished so far are kept: finish it with "
+            f"`compare --resume {compare_dir}`")
+        assert [run_status(d) for d in compare_dir.glob("arms/*") if not (d / ARM_FILE).is_file()] == ["interrupted"]
+    finished = {d: (d / "trials.jsonl").stat().st_mtime_ns for d in compare_dir.glob("arms/*") if (d / ARM_FILE).is_file()}
+    assert finished and len(finished) < 4 and not (compare_dir / "summary.json").exists()
+    paid = _cached_keys(compare_dir / "cache.sqlite")
+    assert main(["report", str(compare_dir)]) == 2
+    assert f"`compare --resume {compare_dir}` finishes it" in capsys.readouterr().err
+
+    started: list[tuple[str, int]] = []
+    run_arm = compare.run_arm
+    monkeypatch.setattr(compare, "run_arm", lambda bench, arm, seed, resume_dir=None: started.append((arm, seed))
+                        or run_arm(bench, arm, seed, resume_dir))
+    backend = oracle_for(config)
+    resumed = resume_compare(compare_dir, backend=backend)
+    # Finished arms were read back, untouched; only the others ran.
+    read_back = {(r.arm, r.seed) for r in resumed.runs if r.run_dir in finished}
+    assert len(read_back) == len(finished) and not read_back & set(started)
+    assert sorted(read_back | set(started)) == [("random", 0), ("random", 1), ("sh", 0), ("sh", 1)]
+    assert all((d / "trials.jsonl").stat().st_mtime_ns == mtime for d, mtime in finished.items())
+    # Nothing computed twice: the model answered exactly the calls the killed comparison had not cached.
+    # (An interim verdict after SIGINT may have tested a candidate the whole run never tested: not needed.)
+    needed = _cached_keys(whole.run_dir / "cache.sqlite")
+    assert whole_backend.calls == len(needed)
+    assert backend.calls == len(needed - paid)
+    # ... and every arm spent, chose and shipped exactly what it did uninterrupted.
+    assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
+        (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
+    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+    assert main(["compare", "--resume", str(compare_dir)]) == 2
+    assert main(["optimize", "--resume", str(compare_dir)]) == 2
+    assert main(["compare", "--resume", str(whole.runs[0].run_dir)]) == 2
+
+
+def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_path: Path) -> None:
+    pytest.importorskip("dspy")
+    config = oracle_config(tmp_path, budget=150, dev_size=50)
+    whole = run_compare(config, ["dspy-bfrs"], [0], {}, backend=oracle_for(config))
+    arm = whole.runs[0]
+    # What a kill leaves after the arm's last file but before its arm.json: an unfinished arm.
+    (arm.run_dir / ARM_FILE).unlink()
+    (whole.run_dir / "summary.json").unlink()
+    backend = oracle_for(config)
+    again = resume_compare(whole.run_dir, backend=backend).runs[0]
+    assert backend.calls == 0  # every call it makes again is in the shared cache ...
+    assert (again.search.calls, again.search.tokens, again.best, again.confirmation) == (  # ... and charged once
+        arm.search.calls, arm.search.tokens, arm.best, arm.confirmation)
+    assert lines(arm.run_dir / "trials.interrupted.jsonl") == lines(arm.run_dir / "trials.jsonl")
+
+
+@pytest.mark.integration
+def test_kill_9_mid_search_on_the_real_model_then_resume_gives_the_uninterrupted_result(
+        data_dir: Path, tmp_path: Path) -> None:
+    """The issue's bar: `optimize --task agnews --budget 600` (small splits) on the embedded model, killed
+    with SIGKILL mid-search and resumed, equals an uninterrupted run, and no paid call is made or charged twice."""
+    sizes = {"train_size": 50, "dev_size": 100, "test_size": 50}  # random search: 6 trials of 100 dev calls
+    argv = ["optimize", "--task", "agnews", "--data-dir", str(data_dir), "--budget", "600",
+            *(f"--{k.replace('_', '-')}={v}" for k, v in sizes.items()), "--runs-dir", str(tmp_path / "killed")]
+
+    def logged() -> int:
+        logs = list((tmp_path / "killed").glob("*/trials.jsonl"))
+        return len(lines(logs[0])) if logs else 0
+    child = subprocess.Popen([sys.executable, "-m", "prompttune", *argv], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while child.poll() is None and logged() < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    assert child.poll() is None, "the run finished before it could be killed"
+    child.kill()
+    child.wait()
+    run_dir = next((tmp_path / "killed").iterdir())
+    paid = _cached_keys(run_dir / "cache.sqlite")
+    assert 3 <= logged() < 6 and len(paid) >= 300
+
+    config = RunConfig(task="agnews", data_dir=str(data_dir), budget=600, runs_dir=str(tmp_path / "whole"), **sizes)
+    backend = CountingBackend(build_backend(config))
+    whole = run_optimization(config, backend=backend)
+    made = backend.calls
+    resumed = resume_optimization(run_dir, backend=backend)
+    _assert_same_result(run_dir, resumed, whole)
+    # Every call the killed run paid for was replayed and charged once (the totals above), none recomputed:
+    # the model answered exactly the calls the killed run had not paid for.
+    assert resumed.resumed.calls_replayed == len(paid)
+    assert backend.calls - made == made - len(paid)

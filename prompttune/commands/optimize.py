@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,12 +27,20 @@ from prompttune.commands.common import (
     read_run_config,
     require_dev_budget,
 )
-from prompttune.commands.html.facts import write_run_facts
+from prompttune.commands.html.facts import run_status, write_run_facts
 from prompttune.commands.optimize_report import describe_change, print_summary, write_report
 from prompttune.commands.report import write_html_report
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.storage import JsonlStorage, write_atomic
+from prompttune.core.interrupt import (
+    RunInterrupted,
+    clear_interruption,
+    interruption,
+    mark_interrupted,
+    resumable_outage,
+    stop_on_signals,
+)
+from prompttune.core.storage import JsonlStorage, set_aside_trials, write_atomic
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict, held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator
@@ -47,42 +54,24 @@ from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import render, select_demos
 
-INTERRUPTION = "interruption.json"  # why the last session stopped, and its servers' counts
-
 
 @dataclass(frozen=True)
 class Resumption:
     """Where a resumed run picked up: trials logged before the interruption, calls replayed from the
-    cache, and the outage that stopped it (None after a kill or Ctrl-C)."""
+    cache, and what stopped it (an outage or a signal; None after a kill -9, which records nothing)."""
 
     trials_before: int
     calls_replayed: int
-    outage: str | None = None
-
-
-def _earlier_interruption(run_dir: Path) -> dict:
-    """What an outage recorded when it stopped an earlier session of this run ({} if none did)."""
-    path = run_dir / INTERRUPTION
-    return json.loads(path.read_text()) if path.is_file() else {}
+    reason: str | None = None
 
 
 def _run_server_counts(backend: Backend, at_start: dict[str, dict[str, int]],
                        earlier: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
     """Per-server counts of this run: this session's (the backend may have served other runs before)
-    plus those of the sessions an outage stopped."""
+    plus those of the sessions an outage or a signal stopped."""
     return {url: {name: value - at_start.get(url, {}).get(name, 0) + earlier.get(url, {}).get(name, 0)
                   for name, value in counts.items()}
             for url, counts in backend.server_counts().items()}
-
-
-def _set_aside_interrupted_trials(run_dir: Path) -> int:
-    """Keep the interrupted run's log as trials.interrupted.jsonl; the replay writes trials.jsonl anew."""
-    log = run_dir / "trials.jsonl"
-    if not log.is_file():
-        return 0
-    trials = len(JsonlStorage(log).load())
-    os.replace(log, run_dir / "trials.interrupted.jsonl")
-    return trials
 
 
 def resume_optimization(run_dir: Path, backend: Backend | None = None, console: Console | None = None) -> RunResult:
@@ -90,7 +79,7 @@ def resume_optimization(run_dir: Path, backend: Backend | None = None, console: 
     interrupted run filled (each replayed call charged once, so the cap holds), then goes on live."""
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)
-    if (run_dir / "verdict.json").is_file():  # found before the model loads
+    if run_status(run_dir) == "finished":  # found before the model loads
         raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
     RUN_DIR.set(run_dir)
     return run_optimization(config, backend, console, resume_dir=run_dir)
@@ -142,6 +131,10 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     Otherwise a private run directory cache is used as is, while a `--cache` shared with other
     runs, and the cache an interrupted run filled (`resume_dir`), are seen through `MeteredCache`:
     a hit on an entry this run has not produced is charged like the call it replaces.
+
+    A first SIGINT or SIGTERM during the search stops it after the trial in flight; the run then
+    tests its best candidate so far on the held-out split, writes that report marked interrupted,
+    and raises `RunInterrupted`, whose message says how to resume.
     """
     started = time.time()
     console = console or Console(stderr=True)
@@ -158,91 +151,107 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     counts_at_start = backend.server_counts()
     console.print(backend.describe())
     run_dir = resume_dir or make_run_dir(config, task.name)
-    write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
-    interrupted = _set_aside_interrupted_trials(run_dir) if resume_dir else None
-    earlier = _earlier_interruption(run_dir) if resume_dir else {}
-    cache = None
-    if cache_view is None:
-        cache = ResultCache(config.cache or run_dir / "cache.sqlite")
-        metered = bool(config.cache or resume_dir)
+    with stop_on_signals(f"optimize --resume {run_dir}") as stop:
+        write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
+        trials_before = set_aside_trials(run_dir) if resume_dir else None
+        earlier = interruption(run_dir) if resume_dir else {}
 
-        def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
-            return MeteredCache(cache, ledger) if metered else cache
+        def servers() -> dict[str, dict[str, int]]:
+            return _run_server_counts(backend, counts_at_start, earlier.get("servers", {}))
 
-    visible = task.without_test()
-    train = {ex.id: ex for ex in visible.splits["train"]}
-    space = space.bind(visible.splits["train"])
-    seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
-    search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-    evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
-                          scoring=config.scoring)
-    context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
-                            config.objective, config.seed, config.budget, dict(config.optimizer_options),
-                            AcceptRule(alpha=config.dev_alpha))
-    proposer = Proposer(proposer_backend, evaluator.meter)
-    optimizer = optimizer_cls(context, proposer)
-    storage = JsonlStorage(run_dir / "trials.jsonl")
-    baseline = optimizer.baseline
+        cache = None
+        if cache_view is None:
+            cache = ResultCache(config.cache or run_dir / "cache.sqlite")
+            metered = bool(config.cache or resume_dir)
 
-    test = task.splits["test"]
-    try:
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
-                      console=console, transient=False) as progress:
-            bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
+            def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
+                return MeteredCache(cache, ledger) if metered else cache
 
-            search_started = time.time()
+        visible = task.without_test()
+        train = {ex.id: ex for ex in visible.splits["train"]}
+        space = space.bind(visible.splits["train"])
+        seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
+        search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
+        evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
+                              scoring=config.scoring)
+        context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
+                                config.objective, config.seed, config.budget, dict(config.optimizer_options),
+                                AcceptRule(alpha=config.dev_alpha))
+        proposer = Proposer(proposer_backend, evaluator.meter)
+        optimizer = optimizer_cls(context, proposer)
+        storage = JsonlStorage(run_dir / "trials.jsonl")
+        baseline = optimizer.baseline
 
-            def on_trial(trial: dict) -> None:
-                if trial["number"] == 0 and trial["budget_spent"]:
-                    rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
-                    console.print(f"measured {rate:.1f} calls/s on the first trial: the search's {config.budget} calls "
-                                  f"should take about {config.budget / rate / 60:.0f} min, the held-out verdict about "
-                                  f"{2 * len(task.splits['test']) / rate / 60:.0f} min more")
-                best = trial.get("best_so_far")
-                progress.update(bar, completed=trial["budget_spent"],
-                                best="–" if best is None else f"{best:.3f}")
+        test = task.splits["test"]
+        try:
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
+                          console=console, transient=False) as progress:
+                bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
 
-            outcome = run_search(optimizer, evaluator, storage, on_trial)
+                search_started = time.time()
 
-        confirm_ledger = BudgetLedger()
-        test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
-                                   confirm_ledger,
-                                   scoring=config.scoring)
-        console.print(f"held-out verdict on {len(test)} test examples…")
-        verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
-                                   config.confirm_top, config.seed)
-    except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
-        write_atomic(run_dir / INTERRUPTION, json.dumps({
-            "outage": str(exc), "servers": _run_server_counts(backend, counts_at_start, earlier.get("servers", {}))},
-            indent=2))
-        exc.run_dir = run_dir
-        raise
+                def on_trial(trial: dict) -> None:
+                    if trial["number"] == 0 and trial["budget_spent"]:
+                        rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
+                        console.print(f"measured {rate:.1f} calls/s on the first trial: the search's "
+                                      f"{config.budget} calls should take about {config.budget / rate / 60:.0f} min, "
+                                      f"the held-out verdict about {2 * len(test) / rate / 60:.0f} min more")
+                    best = trial.get("best_so_far")
+                    progress.update(bar, completed=trial["budget_spent"],
+                                    best="–" if best is None else f"{best:.3f}")
 
-    def as_seen(candidate: Candidate) -> str:
-        return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
+                with stop.during_search():
+                    outcome = run_search(optimizer, evaluator, storage, on_trial, should_stop=stop)
 
-    shipped = verdict.shipped
-    write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
-                 verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
-    write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
-                 label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
-    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
-                 label="baseline: the task's default prompt, the one every candidate must beat")
-    resumed = (Resumption(interrupted, evaluator.cache.foreign_calls, earlier.get("outage"))
-               if interrupted is not None else None)
-    result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger,
-                       time.time() - started, resumed,
-                       _run_server_counts(backend, counts_at_start, earlier.get("servers", {})))
-    write_report(result, config, task, space, baseline)
-    write_run_facts(result, task)
-    write_html_report(run_dir)
-    print_summary(result, console)
-    if cache is not None:
-        cache.close()
-    if own_backend:
-        backend.close()
-    return result
+            confirm_ledger = BudgetLedger()
+            test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
+                                       confirm_ledger,
+                                       scoring=config.scoring)
+            console.print(f"held-out verdict on {len(test)} test examples"
+                          f"{' (of the best candidate so far: the search was interrupted)' if outcome.interrupted else ''}…")
+            verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
+                                       config.confirm_top, config.seed)
+        except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
+            mark_interrupted(run_dir, str(exc), servers())
+            exc.run_dir = run_dir
+            raise
+        except RunInterrupted as exc:
+            mark_interrupted(run_dir, exc.reason, servers())
+            raise
+
+        def as_seen(candidate: Candidate) -> str:
+            return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
+
+        stopped = f"stopped by {stop.signal} after the trial in flight" if outcome.interrupted else None
+        if stopped:  # before verdict.json, which alone would say finished
+            mark_interrupted(run_dir, stopped, servers())
+        shipped = verdict.shipped
+        write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
+                     verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
+        write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
+                     label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+        write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
+                     label="baseline: the task's default prompt, the one every candidate must beat")
+        resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
+                   if trials_before is not None else None)
+        result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger,
+                           time.time() - started, resumed, servers())
+        write_report(result, config, task, space, baseline)
+        write_run_facts(result, task)
+        if not stopped:
+            clear_interruption(run_dir)
+        write_html_report(run_dir)
+        print_summary(result, console)
+        if cache is not None:
+            cache.close()
+        if own_backend:
+            backend.close()
+        if stopped:
+            raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its held-out verdict, "
+                                 f"is {run_dir / 'report.md'}; finish the run with `optimize --resume {run_dir}`",
+                                 stopped)
+        return result
 
 
 def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
@@ -252,8 +261,7 @@ def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
     except BackendUnavailable as exc:
         if exc.run_dir is None:
             raise
-        raise BackendUnavailable(f"{exc}; the run is kept: finish it with `optimize --resume {exc.run_dir}` "
-                                 "once a server answers") from None
+        raise resumable_outage(exc, f"optimize --resume {exc.run_dir}") from None
 
 
 def _optimize(args: argparse.Namespace) -> int:

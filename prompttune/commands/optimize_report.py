@@ -97,6 +97,10 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"objective `{config.objective}`; splits train {len(task.splits['train'])} / dev {n_dev} / "
         f"test {len(task.splits['test'])}.",
         "",
+        *([f"**Interrupted and resumable: a signal stopped the search after {o.n_trials} trials and "
+           f"{ledger.calls} of {ledger.cap_calls} calls. What follows is the held-out verdict of the best "
+           f"candidate so far; `optimize --resume {result.run_dir}` finishes the search and replaces this "
+           "report.**", ""] if o.interrupted else []),
         f"**Verdict: {v.summary()}.**",
         "",
         f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "
@@ -124,10 +128,11 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out verdict (not charged "
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
         f"tokens. Wall time {result.wall_seconds:.0f} s."
-        + (f" Resumed after an interruption{f' ({result.resumed.outage})' if result.resumed.outage else ''}: "
+        + (f" Resumed after an interruption{f' ({result.resumed.reason})' if result.resumed.reason else ''}: "
            f"{result.resumed.trials_before} trials had been logged "
-           f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were replayed "
-           "from the interrupted run's cache and charged once, then the search went on live."
+           f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were served by "
+           "the cache the interrupted run (in a comparison, also the other arms) had filled, each charged once, "
+           "then the search went on live."
            if result.resumed else ""),
         "",
         *_servers_section(result.servers),

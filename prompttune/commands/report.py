@@ -25,6 +25,8 @@ def run_kind(run_dir: Path) -> str:
         return "optimize"
     if (run_dir / "summary.json").is_file():
         return "compare"
+    if (run_dir / "arms").is_dir():
+        raise UserError(f"{run_dir} is an unfinished comparison: `compare --resume {run_dir}` finishes it")
     raise UserError(f"{run_dir} holds no trials.jsonl, prompts.jsonl or summary.json: not a finished run of "
                     "optimize, evaluate or compare")
 

@@ -3,16 +3,18 @@ prompttune optimizer runs as an arm (`prompttune.commands.compare`); DSPy arms i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter
 from rich.console import Console
 
 from prompttune.compare.coverage import Coverage
 from prompttune.compare.fairness import ModelWatch, Served
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.storage import write_atomic
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger
@@ -72,6 +74,8 @@ class ArmRun:
     """One arm at one seed: its own pick (raw), what it ships after the held-out verdict (guarded:
     `best`, `confirmation`), the space it searched, and what it spent."""
 
+    __pydantic_config__ = ConfigDict(ser_json_inf_nan="constants")  # a dev score never measured is NaN
+
     arm: str
     seed: int
     run_dir: Path
@@ -93,3 +97,18 @@ class ArmRun:
     served: Served  # what the model served to the search, counted at the model
     test_ids: tuple[str, ...]  # the test examples its verdict scored
     test_correct: list[bool] = field(default_factory=list)  # the winner on each test example
+
+
+ARM_FILE = "arm.json"
+_ARM_RUN = TypeAdapter(ArmRun)
+
+
+def save_arm_run(run: ArmRun) -> None:
+    """arm.json beside the arm's own files, written last: the arm finished, and `compare --resume`
+    reads it back instead of running the arm again."""
+    write_atomic(run.run_dir / ARM_FILE, _ARM_RUN.dump_json(run, indent=2).decode())
+
+
+def load_arm_run(run_dir: Path) -> ArmRun:
+    """A finished arm read back from its directory (wherever the comparison now lies)."""
+    return replace(_ARM_RUN.validate_json((run_dir / ARM_FILE).read_text(encoding="utf-8")), run_dir=run_dir)

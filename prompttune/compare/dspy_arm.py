@@ -24,7 +24,7 @@ import dspy
 import numpy as np
 
 from prompttune.compare.arms import ArmRun, Bench
-from prompttune.core.storage import JsonlStorage
+from prompttune.core.storage import JsonlStorage, set_aside_trials
 from prompttune.core.types import Record
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
@@ -114,7 +114,8 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     # Settings first: an arm the cap cannot pay for stops here, before any model call.
     settings = DSPY_OPTIMIZERS[arm](config.budget, Sizes(len(train), len(dev)), config.optimizer_options)
     run_dir = bench.arms_dir / f"{arm}-s{seed}"
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    set_aside_trials(run_dir)  # an arm an interrupted comparison left unfinished compiles again from the start
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     visible = {ex.id: ex for ex in [*train, *dev]}
 

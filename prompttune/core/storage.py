@@ -72,3 +72,14 @@ def read_json(path: Path) -> Any:
         raise UserError(f"{path.parent} lacks {path.name}: not a complete run directory") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+
+
+def set_aside_trials(run_dir: Path) -> int:
+    """Move an interrupted run's trials.jsonl to trials.interrupted.jsonl, so that the rerun or replay
+    writes trials.jsonl anew; return how many trials it held."""
+    log = run_dir / "trials.jsonl"
+    if not log.is_file():
+        return 0
+    trials = len(JsonlStorage(log).load())
+    os.replace(log, run_dir / "trials.interrupted.jsonl")
+    return trials

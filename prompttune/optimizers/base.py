@@ -261,18 +261,25 @@ class SearchOutcome:
     sweeps: int = 0
     challenge_accepts: int = 0
     sweeps_with_accept: int = 0
+    interrupted: bool = False  # stopped on request (a signal) before the strategy or the budget ended it
 
     @property
     def leader(self) -> Candidate:
         return self.ranking[0]
 
 
+class SearchStopped(Exception):
+    """The run asked the search to stop: it ends before the next evaluation, never inside one."""
+
+
 class SearchDriver:
     """Runs one optimizer: evaluates its requests, decides its challenges, logs every trial."""
 
     def __init__(self, optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,
-                 on_trial: Callable[[dict], None] | None = None) -> None:
+                 on_trial: Callable[[dict], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> None:
         self.optimizer, self.evaluator, self.storage, self.on_trial = optimizer, evaluator, storage, on_trial
+        self.should_stop = should_stop
         self.number = 0
         self.seen: set[str] = set()
         self.anytime: list[tuple[int, float]] = []
@@ -281,7 +288,7 @@ class SearchDriver:
 
     def run(self) -> SearchOutcome:
         """Ask, evaluate or challenge, tell, log — until the optimizer is done or the cap is hit."""
-        stopped_by_budget = False
+        stopped_by_budget = interrupted = False
         try:
             while (request := self.optimizer.ask()) is not None:
                 if isinstance(request, Challenge):
@@ -292,9 +299,13 @@ class SearchDriver:
                 self.baseline_topup()
         except BudgetExhausted:
             stopped_by_budget = True
-        return self.outcome(stopped_by_budget)
+        except SearchStopped:
+            interrupted = True
+        return self.outcome(stopped_by_budget, interrupted)
 
     def evaluate(self, request: TrialRequest) -> list[Record]:
+        if self.should_stop and self.should_stop():
+            raise SearchStopped
         records = self.evaluator.evaluate(request.candidate.spec, request.example_ids)
         self.optimizer.observe(request, records)
         self.seen.add(request.candidate.id)
@@ -369,10 +380,11 @@ class SearchDriver:
             request = TrialRequest(opt.baseline, todo, "baseline top-up")
             self.log(request, self.evaluate(request), {})
 
-    def outcome(self, stopped_by_budget: bool) -> SearchOutcome:
+    def outcome(self, stopped_by_budget: bool, interrupted: bool = False) -> SearchOutcome:
         opt = self.optimizer
         try:
-            self.baseline_topup()
+            if not interrupted:  # a stopped search makes no further call
+                self.baseline_topup()
         except BudgetExhausted:
             stopped_by_budget = True
         ranking = opt.ranking() or [opt.baseline]
@@ -388,10 +400,11 @@ class SearchDriver:
             n_trials=self.number, n_candidates=len(self.seen), stopped_by_budget=stopped_by_budget,
             anytime=self.anytime, notes=opt.report_lines(), challenges=sum(self.sweep_use.values()),
             sweeps=len(self.sweep_use), challenge_accepts=sum(self.sweep_accepts.values()),
-            sweeps_with_accept=len(self.sweep_accepts))
+            sweeps_with_accept=len(self.sweep_accepts), interrupted=interrupted)
 
 
 def run_search(optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,
-               on_trial: Callable[[dict], None] | None = None) -> SearchOutcome:
-    """Drive `optimizer` to the end of its search or of the budget."""
-    return SearchDriver(optimizer, evaluator, storage, on_trial).run()
+               on_trial: Callable[[dict], None] | None = None,
+               should_stop: Callable[[], bool] | None = None) -> SearchOutcome:
+    """Drive `optimizer` to the end of its search or of the budget, or until `should_stop()` says so."""
+    return SearchDriver(optimizer, evaluator, storage, on_trial, should_stop).run()

@@ -4,16 +4,28 @@ that `prompttune report RUN_DIR` rebuilds the page from the directory alone."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
+from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
 
 if TYPE_CHECKING:
     from prompttune.commands.optimize import RunResult
     from prompttune.tasks.base import Task
 
+FACTS = "verdict.json"
 OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",
                   "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts")
+
+
+def run_status(run_dir: Path) -> Literal["finished", "interrupted"] | None:
+    """The run's state: interrupted (a signal or an outage stopped a session; interruption.json says
+    why, and a resume finishes the run); finished (verdict.json written, no interruption pending);
+    or None (neither: running, or killed outright; a resume finishes it too)."""
+    if (run_dir / INTERRUPTION).is_file():
+        return "interrupted"
+    return "finished" if (run_dir / FACTS).is_file() else None
 
 
 def write_run_facts(result: "RunResult", task: "Task") -> None:
@@ -33,13 +45,11 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "wall_seconds": result.wall_seconds,
         "servers": result.servers,
     }
-    write_atomic(result.run_dir / "verdict.json", json.dumps(facts, indent=2, ensure_ascii=False))
     test = {ex.id: ex for ex in task.splits["test"]}
-    base = v.records[v.baseline.id]
-    with open(result.run_dir / "test_records.jsonl", "w", encoding="utf-8") as f:
-        for i, record in enumerate(base):
-            example = test[record.example_id]
-            f.write(json.dumps({"example_id": record.example_id, "text": "\n".join(example.fields.values()),
-                                "gold": record.gold,
-                                "pred": {cid: rows[i].pred for cid, rows in v.records.items()}},
-                               ensure_ascii=False) + "\n")
+    rows = [{"example_id": record.example_id, "text": "\n".join(test[record.example_id].fields.values()),
+             "gold": record.gold, "pred": {cid: records[i].pred for cid, records in v.records.items()}}
+            for i, record in enumerate(v.records[v.baseline.id])]
+    write_atomic(result.run_dir / "test_records.jsonl",
+                 "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    # Last: verdict.json is what marks the run finished, so every file it implies exists.
+    write_atomic(result.run_dir / FACTS, json.dumps(facts, indent=2, ensure_ascii=False))

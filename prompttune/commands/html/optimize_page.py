@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from prompttune.commands.html.facts import FACTS, run_status
 from prompttune.commands.html.page import (
     Html,
     document,
@@ -26,6 +27,8 @@ from prompttune.commands.html.page import (
 from prompttune.commands.optimize_report import SERVER_COUNTS, SERVERS_NOTE, _ci, server_rows
 from prompttune.compare.plot import draw_anytime
 from prompttune.compare.summary import t_interval
+from prompttune.core.errors import UserError
+from prompttune.core.interrupt import interruption
 from prompttune.core.storage import read_json
 from prompttune.objectives.stats import wilson_ci
 
@@ -300,16 +303,29 @@ def _verdict_section(facts: dict) -> Html:
         if rows else para("The dev winner is the baseline: nothing was tested."))
 
 
+def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
+    """A run stopped before its end: its verdict is of the best candidate so far, and it can be finished."""
+    if run_status(run_dir) != "interrupted":
+        return []
+    search = facts["ledgers"]["search"]
+    return [Html(f'<div class="verdict kept"><b>Interrupted and resumable</b> ({esc(interruption(run_dir)["reason"])}). '
+                 f"The search stopped after {facts['search']['n_trials']} trials and {search['calls']} of "
+                 f"{search['cap_calls']} calls; the verdict below is of the best candidate so far. "
+                 f"<code>optimize --resume {esc(run_dir)}</code> finishes the search and replaces this report.</div>")]
+
+
 def optimize_page(run_dir: Path) -> str:
     config = read_json(run_dir / "config.json")
-    facts = read_json(run_dir / "verdict.json")
+    if not (run_dir / FACTS).is_file():
+        raise UserError(f"{run_dir} is an unfinished run (no verdict yet): `optimize --resume {run_dir}` finishes it")
+    facts = read_json(run_dir / FACTS)
     trials = read_jsonl(run_dir / "trials.jsonl")
     records = read_jsonl(run_dir / "test_records.jsonl")
     v, labels = facts["verdict"], facts["labels"]
     best_id = v["shipped"] if v["shipped"] != v["baseline"] else v["dev_winner"]
     best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
-    parts = [_verdict_section(facts), _anytime_section(trials, facts, config["budget"]),
-             _dimension_section(trials, v["baseline"])]
+    parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts),
+             _anytime_section(trials, facts, config["budget"]), _dimension_section(trials, v["baseline"])]
     if best_id != v["baseline"]:
         parts += [_test_section(records, labels, {"baseline": v["baseline"], best_name: best_id}),
                   _discordant_section(records, labels, v["baseline"], best_id, best_name)]
