@@ -251,7 +251,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                   "and splits; compare their held-out results")
     add_run_arguments(compare)
     compare.add_argument("--optimizers", default="random,sh",
-                         help="comma-separated: prompttune optimizers and dspy-mipro, dspy-bfrs")
+                         help=f"comma-separated: prompttune optimizers and {', '.join(DSPY_ARMS)}")
     compare.add_argument("--seeds", type=int, default=5, help="optimizer seeds per arm: --seed, --seed+1, … "
                          "(default 5: the paired tests across seeds need a few)")
     compare.add_argument("--mode", choices=list(MODES), default="same-space",
