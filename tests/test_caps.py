@@ -56,10 +56,10 @@ def test_shared_hits_and_misses_are_reserved_together(tmp_path: Path) -> None:
     full = BudgetLedger()
     _evaluator(config, oracle_for(config), ResultCache(), full).evaluate(spec, dev)
     shared, first = ResultCache(), BudgetLedger()
-    _evaluator(config, oracle_for(config), MeteredCache(shared, first), first).evaluate(spec, dev[:20])
+    _evaluator(config, oracle_for(config), MeteredCache(shared), first).evaluate(spec, dev[:20])
 
     backend, capped = oracle_for(config), BudgetLedger(cap_tokens=full.tokens - 1)
-    evaluator = _evaluator(config, backend, MeteredCache(shared, capped), capped)
+    evaluator = _evaluator(config, backend, MeteredCache(shared), capped)
     with pytest.raises(BudgetExhausted):
         evaluator.evaluate(spec, dev)  # 20 hits at their recorded tokens + 10 misses at their bound
     assert (backend.calls, capped.calls, capped.tokens, evaluator.cache.foreign_calls) == (0, 0, 0, 0)
@@ -99,7 +99,7 @@ def test_a_tight_token_cap_is_never_passed(tmp_path: Path, optimizer: str) -> No
 def test_proposer_calls_are_cached_by_model_prompt_and_length(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     backend, shared, ledger = oracle_for(config), ResultCache(), BudgetLedger()
-    evaluator = _evaluator(config, backend, MeteredCache(shared, ledger), ledger)
+    evaluator = _evaluator(config, backend, MeteredCache(shared), ledger)
     proposer = Proposer(backend, evaluator.meter)
     first = proposer("Write an instruction.")
     assert proposer("Write an instruction.") == first and backend.calls == ledger.calls == 1
@@ -112,7 +112,7 @@ def test_proposer_calls_are_cached_by_model_prompt_and_length(tmp_path: Path) ->
 
     # Another run on the same cache: the hit replaces a call, so it is charged — once.
     again, rerun_backend = BudgetLedger(), oracle_for(config)
-    rerun = Proposer(rerun_backend, _evaluator(config, rerun_backend, MeteredCache(shared, again), again).meter)
+    rerun = Proposer(rerun_backend, _evaluator(config, rerun_backend, MeteredCache(shared), again).meter)
     assert rerun("Write an instruction.") == first and rerun("Write an instruction.") == first
     assert rerun_backend.calls == 0
     assert dict(again.calls_by_kind) == {"propose (shared cache)": 1}

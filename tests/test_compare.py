@@ -34,9 +34,9 @@ def test_a_hit_on_another_runs_entry_costs_what_the_call_would_have(tmp_path: Pa
     spec = default_space(task_of(config)).default_candidate().spec
     dev = [e.id for e in task_of(config).splits["dev"]][:20]
     first = BudgetLedger(cap_calls=100)
-    _evaluator(config, backend, MeteredCache(shared, first), first).evaluate(spec, dev)
+    _evaluator(config, backend, MeteredCache(shared), first).evaluate(spec, dev)
     second = BudgetLedger(cap_calls=100)
-    evaluator = _evaluator(config, backend, MeteredCache(shared, second), second)
+    evaluator = _evaluator(config, backend, MeteredCache(shared), second)
     evaluator.evaluate(spec, dev)
     assert (second.calls, second.tokens) == (first.calls, first.tokens) == (20, first.tokens)
     assert backend.calls == 20  # the model was not asked again
@@ -50,9 +50,9 @@ def test_a_refused_request_charges_none_of_its_shared_hits(tmp_path: Path) -> No
     spec = default_space(task_of(config)).default_candidate().spec
     dev = [e.id for e in task_of(config).splits["dev"]]
     first = BudgetLedger()
-    _evaluator(config, backend, MeteredCache(shared, first), first).evaluate(spec, dev[:20])
+    _evaluator(config, backend, MeteredCache(shared), first).evaluate(spec, dev[:20])
     capped = BudgetLedger(cap_calls=25)
-    evaluator = _evaluator(config, backend, MeteredCache(shared, capped), capped)
+    evaluator = _evaluator(config, backend, MeteredCache(shared), capped)
     with pytest.raises(BudgetExhausted):
         evaluator.evaluate(spec, dev[:30])  # 20 shared hits + 10 misses > 25
     assert capped.calls == 0

@@ -179,7 +179,7 @@ def test_a_token_cap_refuses_the_request_that_would_pass_it_before_the_model_see
     evaluator(probe, ResultCache()).evaluate(spec, dev[:10])
     capped = BudgetLedger(cap_tokens=probe.tokens + 5)  # ten more examples cost far more than 5 tokens
     shared = ResultCache()
-    capped_evaluator = evaluator(capped, MeteredCache(shared, capped))
+    capped_evaluator = evaluator(capped, MeteredCache(shared))
     capped_evaluator.evaluate(spec, dev[:10])
     assert (capped.calls, capped.tokens, backend.calls) == (10, probe.tokens, 20)
     with pytest.raises(BudgetExhausted, match="token cap"):
@@ -188,7 +188,7 @@ def test_a_token_cap_refuses_the_request_that_would_pass_it_before_the_model_see
     # Another run's entries are refused as well when their recorded tokens would pass the cap.
     other = BudgetLedger(cap_tokens=probe.tokens - 1)
     with pytest.raises(BudgetExhausted, match="token cap"):
-        evaluator(other, MeteredCache(shared, other)).evaluate(spec, dev[:10])
+        evaluator(other, MeteredCache(shared)).evaluate(spec, dev[:10])
     assert (other.calls, other.tokens, backend.calls) == (0, 0, 20)
 
 

@@ -51,7 +51,7 @@ def _bridge(tmp_path: Path, cap: int, seed: int = 0):
     task, backend, ledger = task_of(config), oracle_for(config), BudgetLedger(cap_calls=cap)
     visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
     evaluator = Evaluator(backend, visible, {e.id: e for e in task.splits["train"]},
-                          MeteredCache(ResultCache(), ledger), ledger)
+                          MeteredCache(ResultCache()), ledger)
     base = default_space(task).default_candidate().spec
     mapping = ProgramMapping.build(base, task.input_fields, task.splits["train"], task.splits["dev"])
     engine = MeteredEngine(evaluator, seed=seed)
@@ -107,7 +107,7 @@ def test_sampled_proposals_are_seeded_distinct_and_each_one_charged(tmp_path: Pa
 def test_a_proposal_is_cached_under_its_temperature_and_seed(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     backend, ledger = oracle_for(config), BudgetLedger()
-    proposer = Proposer(backend, Meter(MeteredCache(ResultCache(), ledger), ledger))
+    proposer = Proposer(backend, Meter(MeteredCache(ResultCache()), ledger))
     asks = [(0.0, 0), (1.0, 7), (1.0, 7), (1.0, 8), (1.4, 7), (0.0, 0)]
     replies = [proposer.complete("Write an instruction.", 32, temperature=t, seed=s) for t, s in asks]
     assert backend.calls == ledger.calls == 4 and replies[1] == replies[2] and replies[0] == replies[5]

@@ -83,7 +83,7 @@ def test_calls_answered_before_an_outage_are_kept_and_not_paid_for_again(tmp_pat
     assert cut.calls == answered and cut.tokens > 0  # and charged; the calls never answered are not
     fakes.append(FakeServer(port=fakes[0].port))  # back on the same address
     ledger = BudgetLedger()
-    outputs = evaluator(fakes[1].url, ledger, MeteredCache(cache, ledger)).outputs(spec, list(examples), "generate")
+    outputs = evaluator(fakes[1].url, ledger, MeteredCache(cache)).outputs(spec, list(examples), "generate")
     assert [o.text for o in outputs] == ["x" * 16] * 20
     assert fakes[1].completions - PROBES == 20 - answered  # the server is asked only for the rest
     assert ledger.calls == 20  # and each call is charged exactly once

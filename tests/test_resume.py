@@ -27,6 +27,7 @@ from prompttune.compare.arms import ARM_FILE
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
 from prompttune.core.storage import JsonlStorage
+from prompttune.evaluation.cache import ResultCache
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -163,6 +164,46 @@ def test_a_second_signal_or_one_outside_the_search_stops_at_once() -> None:
         assert request() and request.signal == "SIGINT"
         with pytest.raises(RunInterrupted, match="stopped at once by SIGINT"):
             request.handle(signal.SIGINT, None)
+
+
+class SignallingBackend(CountingBackend):
+    """Sends this process `signals` once `after` requests have reached the model, as a user pressing
+    Ctrl-C (twice, for two signals) at that point of the run."""
+
+    def __init__(self, inner: CountingBackend, after: int, signals: tuple[signal.Signals, ...]) -> None:
+        super().__init__(inner)
+        self.after, self.pending = after, list(signals)
+
+    def score(self, requests):
+        outputs = super().score(requests)
+        while self.calls >= self.after and self.pending:
+            signal.raise_signal(self.pending.pop(0))
+        return outputs
+
+
+@pytest.mark.parametrize("phase", ["search", "verdict"])
+def test_a_signal_that_stops_at_once_marks_the_run_closes_its_cache_and_resume_finishes_it(
+        tmp_path: Path, phase: str, monkeypatch) -> None:
+    config = oracle_config(tmp_path / "whole", optimizer="sh")
+    whole_backend = oracle_for(config)
+    whole = run_optimization(config, backend=whole_backend)
+    verdict_calls = whole.confirm_ledger.calls
+    # Mid-search a second signal overrides the graceful first; during the verdict one is enough.
+    after, signals = ((whole_backend.calls - verdict_calls) // 2, (signal.SIGINT, signal.SIGINT)) if phase == "search" \
+        else (whole_backend.calls - verdict_calls // 2, (signal.SIGTERM,))
+    closed: list[ResultCache] = []
+    close = ResultCache.close
+    monkeypatch.setattr(ResultCache, "close", lambda cache: (closed.append(cache), close(cache)))
+    stopped = oracle_config(tmp_path / "stopped", optimizer="sh")
+    with pytest.raises(RunInterrupted, match=f"stopped at once by {signals[-1].name}.*optimize --resume") as stop:
+        run_optimization(stopped, backend=SignallingBackend(oracle_for(stopped), after, signals))
+    run_dir = next(Path(stopped.runs_dir).iterdir())
+    assert stop.value.reason == f"stopped at once by {signals[-1].name}"
+    assert interruption(run_dir)["reason"] == stop.value.reason and run_status(run_dir) == "interrupted"
+    assert not (run_dir / "verdict.json").exists() and len(closed) == 1  # the run's cache
+    resumed = resume_optimization(run_dir, backend=oracle_for(config))
+    _assert_same_result(run_dir, resumed, whole)
+    assert run_status(run_dir) == "finished"
 
 
 def _comparison_outcome(compare_dir: Path) -> dict:

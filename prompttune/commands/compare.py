@@ -51,17 +51,17 @@ from prompttune.evaluation.metered_cache import MeteredCache
 def run_prompttune_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -> ArmRun:
     """A prompttune optimizer through the ordinary runner, on the shared model and cache view;
     `resume_dir` finishes the arm an interrupted comparison left there."""
-    views: list[tuple[MeteredCache, int]] = []  # each ledger's view, and the model's request log when it opened
+    views: list[tuple[BudgetLedger, MeteredCache, int]] = []  # per ledger: its view, and the request log mark at opening
 
     def view(ledger: BudgetLedger) -> MeteredCache:
-        views.append((MeteredCache(bench.shared, ledger), bench.backend.mark()))
-        return views[-1][0]
+        views.append((ledger, MeteredCache(bench.shared), bench.backend.mark()))
+        return views[-1][1]
 
     result = run_optimization(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
                               cache_view=view, resume_dir=resume_dir)
-    search, start = next((v, mark) for v, mark in views if v.ledger is result.search_ledger)
+    search, start = next((v, mark) for ledger, v, mark in views if ledger is result.search_ledger)
     # The search's view opens just before the search, the verdict's once the search has ended.
-    stop = next(mark for v, mark in views if v.ledger is result.confirm_ledger)
+    stop = next(mark for ledger, _, mark in views if ledger is result.confirm_ledger)
     outcome, verdict = result.outcome, result.verdict
     # Some strategies (successive halving) name a leader only when a round finishes.
     anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]

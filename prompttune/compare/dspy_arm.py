@@ -99,7 +99,7 @@ def _verdict(bench: Bench, baseline: Candidate, best: Candidate, seed: int) -> t
     test = bench.task.splits["test"]
     ledger = BudgetLedger()
     evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
-                          MeteredCache(bench.shared, ledger), ledger, scoring=bench.config.scoring)
+                          MeteredCache(bench.shared), ledger, scoring=bench.config.scoring)
     bench.console.print(f"confirming baseline and the DSPy program on {len(test)} held-out test examples…")
     verdict = held_out_verdict(baseline, [best], evaluator, [ex.id for ex in test], bench.config.alpha,
                                seed=seed)
@@ -120,7 +120,7 @@ def run_dspy_arm(bench: Bench, arm: str, seed: int) -> ArmRun:
     visible = {ex.id: ex for ex in [*train, *dev]}
 
     ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-    search_view = MeteredCache(bench.shared, ledger)
+    search_view = MeteredCache(bench.shared)
     evaluator = Evaluator(bench.backend, visible, {ex.id: ex for ex in train}, search_view, ledger,
                           scoring=config.scoring)
     baseline = bench.space.default_candidate()

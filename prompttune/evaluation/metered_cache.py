@@ -15,15 +15,13 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.ledger import BudgetLedger
 
 
 class MeteredCache:
     """Duck-types `ResultCache` for a `Meter`; the shared cache stays open (its owner closes it)."""
 
-    def __init__(self, shared: ResultCache, ledger: BudgetLedger) -> None:
+    def __init__(self, shared: ResultCache) -> None:
         self.shared = shared
-        self.ledger = ledger
         self.known: set[str] = set()
         self.foreign_calls = 0
         self.foreign_tokens = 0
