@@ -5,10 +5,12 @@ through the ledger and the cache, and a shared cache charges them like the calls
 from __future__ import annotations
 
 import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from prompttune.commands.optimize import run_optimization
 from prompttune.core.errors import BudgetExhausted
@@ -163,3 +165,17 @@ def test_a_rerun_on_a_shared_cache_pays_for_proposer_and_embedding_hits(tmp_path
     assert (rerun.calls, rerun.tokens) == (first.calls, first.tokens)
     assert dict(rerun.calls_by_kind) == {f"{kind} (shared cache)": n for kind, n in first.calls_by_kind.items()}
     assert runs[1].shipped.spec == runs[0].shipped.spec
+
+
+def test_the_wall_time_estimate_counts_only_calls_the_model_answered(tmp_path: Path) -> None:
+    """A rerun on a full shared cache pays for every call but computes none: no estimate from those
+    charges (it used to promise thousands of calls per second)."""
+    config = oracle_config(tmp_path, optimizer="sh", cache=str(tmp_path / "shared.sqlite"))
+    outputs = []
+    for _ in range(2):
+        console = Console(file=io.StringIO(), width=200)
+        result = run_optimization(config, backend=oracle_for(config), console=console)
+        outputs.append(console.file.getvalue())
+    first, rerun = outputs
+    assert "model calls/s" in first and "model calls/s" not in rerun
+    assert result.search_ledger.computed_calls == 0 < result.search_ledger.calls

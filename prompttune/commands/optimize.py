@@ -192,13 +192,18 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
                     bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
 
                     search_started = time.time()
+                    estimated: list[bool] = []
 
                     def on_trial(trial: dict) -> None:
-                        if trial["number"] == 0 and trial["budget_spent"]:
-                            rate = trial["budget_spent"] / max(time.time() - search_started, 1e-9)
-                            console.print(f"measured {rate:.1f} calls/s on the first trial: the search's "
-                                          f"{config.budget} calls should take about {config.budget / rate / 60:.0f} min, "
-                                          f"the held-out verdict about {2 * len(test) / rate / 60:.0f} min more")
+                        # Estimated once, at the first trial the model answered: cache hits take no model time.
+                        if not estimated and search_ledger.computed_calls:
+                            estimated.append(True)
+                            rate = search_ledger.computed_calls / max(time.time() - search_started, 1e-9)
+                            left = config.budget - trial["budget_spent"]
+                            console.print(f"measured {rate:.1f} model calls/s: the search's remaining {left} calls "
+                                          f"should take at most about {left / rate / 60:.0f} min (less where the "
+                                          f"cache answers), the held-out verdict about "
+                                          f"{2 * len(test) / rate / 60:.0f} min more")
                         best = trial.get("best_so_far")
                         progress.update(bar, completed=trial["budget_spent"],
                                         best="–" if best is None else f"{best:.3f}")

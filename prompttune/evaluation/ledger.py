@@ -12,6 +12,8 @@ from prompttune.core.errors import BudgetExhausted
 log = logging.getLogger(__name__)
 
 
+SHARED = " (shared cache)"  # suffix of a kind of call served from a cache another run filled
+
 @dataclass(frozen=True)
 class Reservation:
     """Calls and tokens set aside for one request before the backend sees it."""
@@ -41,6 +43,12 @@ class BudgetLedger:
     @property
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def computed_calls(self) -> int:
+        """The calls the model answered for this ledger: all but the shared-cache hits it paid for,
+        which take no model time (a rate measured on those would promise a run in no time)."""
+        return self.calls - sum(n for kind, n in self.calls_by_kind.items() if kind.endswith(SHARED))
 
     def remaining_calls(self) -> int | None:
         return None if self.cap_calls is None else self.cap_calls - self.calls

@@ -19,7 +19,7 @@ from prompttune.backends.base import Backend
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.ledger import BudgetLedger, Reservation
+from prompttune.evaluation.ledger import SHARED, BudgetLedger, Reservation
 from prompttune.evaluation.metered_cache import MeteredCache
 
 Request = TypeVar("Request")
@@ -74,7 +74,7 @@ class Meter:
         bound = 0
         if self.ledger.cap_tokens is not None:  # only a token cap needs the bound, which tokenizes every prompt
             bound = sum(_tokens(list(owed.values()))) + (sum(bounds(todo)) if todo else 0)
-        reservation = self.ledger.reserve({kind: len(missing), f"{kind} (shared cache)": len(owed)}, bound)
+        reservation = self.ledger.reserve({kind: len(missing), kind + SHARED: len(owed)}, bound)
         try:
             values = compute(todo) if todo else []
         except BackendUnavailable as exc:  # the answers received are kept, and paid for
@@ -93,6 +93,6 @@ class Meter:
     def _book(self, reservation: Reservation, kind: str, owed: Mapping[str, Value], new: Mapping[str, Value]) -> None:
         """Settle `reservation` to the hits paid for (`owed`) and the misses answered (`new`), and cache these."""
         prompt, completion = _tokens([*owed.values(), *new.values()])
-        self.ledger.settle(reservation, prompt, completion, {kind: len(new), f"{kind} (shared cache)": len(owed)})
+        self.ledger.settle(reservation, prompt, completion, {kind: len(new), kind + SHARED: len(owed)})
         self.cache.mark_paid(owed)
         self.cache.put_many(new.items())
