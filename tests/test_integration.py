@@ -54,4 +54,4 @@ def test_cli_runs_a_custom_csv_task(data_dir: Path, tmp_path: Path) -> None:
          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "baseline test accuracy" in out.stdout and "budget used 60/60" in out.stdout
-    assert len(list((tmp_path / "runs").glob("*-reviews-random-s0/report.md"))) == 1
+    assert len(list((tmp_path / "runs").glob("*-reviews-sh-s0/report.md"))) == 1

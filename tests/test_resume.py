@@ -296,7 +296,7 @@ def test_kill_9_mid_search_on_the_real_model_then_resume_gives_the_uninterrupted
     """The issue's bar: `optimize --task agnews --budget 600` (small splits) on the embedded model, killed
     with SIGKILL mid-search and resumed, equals an uninterrupted run, and no paid call is made or charged twice."""
     sizes = {"train_size": 50, "dev_size": 100, "test_size": 50}  # random search: 6 trials of 100 dev calls
-    argv = ["optimize", "--task", "agnews", "--data-dir", str(data_dir), "--budget", "600",
+    argv = ["optimize", "--task", "agnews", "--optimizer", "random", "--data-dir", str(data_dir), "--budget", "600",
             *(f"--{k.replace('_', '-')}={v}" for k, v in sizes.items()), "--runs-dir", str(tmp_path / "killed")]
 
     def logged() -> int:
@@ -314,7 +314,8 @@ def test_kill_9_mid_search_on_the_real_model_then_resume_gives_the_uninterrupted
     paid = _cached_keys(run_dir / "cache.sqlite")
     assert 3 <= logged() < 6 and len(paid) >= 300
 
-    config = RunConfig(task="agnews", data_dir=str(data_dir), budget=600, runs_dir=str(tmp_path / "whole"), **sizes)
+    config = RunConfig(task="agnews", optimizer="random", data_dir=str(data_dir), budget=600,
+                       runs_dir=str(tmp_path / "whole"), **sizes)
     backend = CountingBackend(build_backend(config))
     whole = run_optimization(config, backend=backend)
     made = backend.calls

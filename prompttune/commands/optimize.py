@@ -299,7 +299,8 @@ def _optimize(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction) -> None:
     opt = commands.add_parser("optimize", help="search a prompt space under a budget, confirm on test")
     add_run_arguments(opt)
-    opt.add_argument("--optimizer", default="random")
+    opt.add_argument("--optimizer", default=RunConfig.model_fields["optimizer"].default,
+                     help="search strategy (default: %(default)s)")
     opt.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls")
     opt.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens")
     opt.add_argument("--objective", default="accuracy",

@@ -32,7 +32,8 @@ class RunConfig(BackendConfig):
     task: str = "agnews"
     data_dir: str | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
     space: str | None = Field(None, description="search-space file; default: the task's built-in space")
-    optimizer: str = "random"
+    optimizer: str = Field("sh", description="default: successive halving, the least grid regret at the default "
+                                             "budget (benchmarks/grid_regret.py; README \"Grid regret\")")
     optimizer_options: dict[str, Any] = Field(default_factory=dict)
     budget: int = Field(2000, gt=0, description="hard cap on search-time model calls")
     budget_tokens: int | None = Field(None, gt=0, description="optional cap on search-time tokens")
