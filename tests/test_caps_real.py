@@ -38,8 +38,8 @@ def test_the_reserve_is_the_token_count_the_model_reports(backend: CountingBacke
 def test_a_tight_token_cap_is_never_passed_with_the_real_model(backend: CountingBackend, data_dir: Path,
                                                                tmp_path: Path) -> None:
     cap = 1500  # the baseline and about one candidate on 8 dev examples
-    config = RunConfig(task="agnews", data_dir=str(data_dir), budget=200, budget_tokens=cap, train_size=8,
-                       dev_size=8, test_size=8, runs_dir=str(tmp_path))
+    config = RunConfig(task="agnews", optimizer="random", data_dir=str(data_dir), budget=200, budget_tokens=cap,
+                       train_size=8, dev_size=8, test_size=8, runs_dir=str(tmp_path))
     before = backend.calls
     result = run_optimization(config, backend=backend)
     ledger = result.search_ledger

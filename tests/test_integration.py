@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_optimize_agnews_real_model_ledger_matches_backend_calls(data_dir: Path, tmp_path: Path) -> None:
-    config = RunConfig(task="agnews", data_dir=str(data_dir), budget=100, train_size=30, dev_size=24,
+    config = RunConfig(task="agnews", optimizer="random", data_dir=str(data_dir), budget=100, train_size=30, dev_size=24,
                        test_size=30, runs_dir=str(tmp_path))
     backend = CountingBackend(build_backend(config))
     result = run_optimization(config, backend=backend)

@@ -161,8 +161,8 @@ def llama() -> Iterator[LlamaServer]:
 def _small_config(folder: Path, url: str) -> RunConfig:
     """One baseline and one candidate on 10 dev examples, 10 test examples: about 50 requests. The
     deadline (20 s x 3) leaves a loaded machine time to restart the server."""
-    return oracle_config(folder, backend="openai", base_url=[url], model=EMBEDDED_MODEL, budget=20, train_size=10,
-                         dev_size=10, test_size=10, timeout=20.0, retries=3)
+    return oracle_config(folder, optimizer="random", backend="openai", base_url=[url], model=EMBEDDED_MODEL,
+                         budget=20, train_size=10, dev_size=10, test_size=10, timeout=20.0, retries=3)
 
 
 def test_a_llama_server_killed_and_restarted_mid_run_loses_nothing(tmp_path: Path, llama: LlamaServer) -> None:

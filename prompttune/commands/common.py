@@ -15,6 +15,8 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import add_backend_arguments, build_backend, check_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.objectives.stats import AcceptRule
+from prompttune.optimizers import Optimizer, SearchContext, checked_optimizer
 from prompttune.search_spaces import SearchSpace, default_space
 from prompttune.tasks import SplitSizes, Task, load_task
 
@@ -101,6 +103,22 @@ def require_dev_budget(config: RunConfig, task: Task) -> None:
     if config.budget < len(task.splits["dev"]):
         raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
                         f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+
+
+def search_context(config: RunConfig, task: Task, space: SearchSpace) -> SearchContext:
+    """What the run's optimizer may see: the space bound to train, train and dev ids (never test)."""
+    train = task.splits["train"]
+    return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in task.splits["dev"]],
+                         len(task.labels), config.objective, config.seed, config.budget,
+                         dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha))
+
+
+def checked_search(config: RunConfig, task: Task, space: SearchSpace) -> type[Optimizer]:
+    """The run's optimizer class, once it has accepted the options, budget, splits and space: a run
+    it cannot do (an sh schedule the dev split cannot hold) is refused before any model loads."""
+    optimizer_cls = checked_optimizer(config.optimizer, config.optimizer_options)
+    optimizer_cls.check(search_context(config, task, space))
+    return optimizer_cls
 
 
 def load_space(config: RunConfig, task: Task) -> SearchSpace:

@@ -23,6 +23,7 @@ from prompttune.commands.common import (
     add_run_arguments,
     build_backend,
     check_paths,
+    checked_search,
     load_run_task,
     load_space,
     new_run_dir,
@@ -33,7 +34,16 @@ from prompttune.commands.compare_report import print_summary, write_report
 from prompttune.commands.html.facts import run_status
 from prompttune.commands.optimize import run_optimization
 from prompttune.commands.report import write_html_report
-from prompttune.compare.arms import ARM_FILE, DSPY_ARMS, ArmRun, Bench, check_arms, load_arm_run, save_arm_run
+from prompttune.compare.arms import (
+    ARM_FILE,
+    DSPY_ARMS,
+    ArmRun,
+    Bench,
+    arm_config,
+    check_arms,
+    load_arm_run,
+    save_arm_run,
+)
 from prompttune.compare.coverage import MODES, Coverage, coverage_check, plan_coverage
 from prompttune.compare.fairness import Cap, Check, ModelWatch, caps_of, fairness_checks
 from prompttune.compare.plot import plot_anytime
@@ -46,6 +56,7 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.optimizers import OPTIMIZERS
 
 
 def run_prompttune_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -> ArmRun:
@@ -147,6 +158,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     require_dev_budget(config, task)
     space = load_space(config, task).bind(task.splits["train"])
     coverage = plan_coverage(arms, space, mode, options)
+    for arm in (arm for arm in arms if arm in OPTIMIZERS):  # each arm's whole run, before the model loads
+        checked_search(arm_config(config, arm, options, coverage), task, space)
     check_paths(config.runs_dir, config.cache)
     watch = ModelWatch(backend or build_backend(config), task)
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{task.name}-compare")

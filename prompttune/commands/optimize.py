@@ -21,12 +21,14 @@ from prompttune.commands.common import (
     build_proposer_backend,
     check_paths,
     check_proposer_backend,
+    checked_search,
     load_run_task,
     load_space,
     make_run_dir,
     parse_option,
     read_run_config,
     require_dev_budget,
+    search_context,
 )
 from prompttune.commands.html.facts import run_status, write_run_facts
 from prompttune.commands.optimize_report import describe_change, print_summary, write_report
@@ -48,8 +50,7 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.objectives import get_objective
-from prompttune.objectives.stats import AcceptRule
-from prompttune.optimizers import SearchContext, checked_optimizer, run_search
+from prompttune.optimizers import run_search
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate, SearchSpace
@@ -141,10 +142,10 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     console = console or Console(stderr=True)
     task = load_run_task(config)
     space = load_space(config, task)
-    optimizer_cls = checked_optimizer(config.optimizer, config.optimizer_options)
     get_objective(config.objective)
     check_paths(config.runs_dir, config.cache)
     require_dev_budget(config, task)
+    optimizer_cls = checked_search(config, task, space)
     check_proposer_backend(config)
     # Closed however the run ends: finished, stopped by a signal or an outage, or failed.
     with ExitStack() as resources:
@@ -171,14 +172,12 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
 
             visible = task.without_test()
             train = {ex.id: ex for ex in visible.splits["train"]}
-            space = space.bind(visible.splits["train"])
+            context = search_context(config, visible, space)
+            space = context.space
             seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
             search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
             evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
                                   scoring=config.scoring)
-            context = SearchContext(space, list(train), [e.id for e in visible.splits["dev"]], len(task.labels),
-                                    config.objective, config.seed, config.budget, dict(config.optimizer_options),
-                                    AcceptRule(alpha=config.dev_alpha))
             proposer = Proposer(proposer_backend, evaluator.meter)
             optimizer = optimizer_cls(context, proposer)
             storage = JsonlStorage(run_dir / "trials.jsonl")

@@ -64,9 +64,15 @@ class Bench:
 
     def arm_config(self, arm: str, seed: int) -> RunConfig:
         """The arm's run: the user's options plus those that hold what the mode holds."""
-        options = {**self.options.get(arm, {}), **self.coverage[arm].options}
-        return self.config.model_copy(update={"optimizer": arm, "seed": seed, "cache": None,
-                                              "optimizer_options": options, "runs_dir": str(self.arms_dir)})
+        return arm_config(self.config, arm, self.options, self.coverage).model_copy(
+            update={"seed": seed, "cache": None, "runs_dir": str(self.arms_dir)})
+
+
+def arm_config(config: RunConfig, arm: str, options: dict[str, dict[str, Any]],
+               coverage: dict[str, Coverage]) -> RunConfig:
+    """`config` for one arm: its optimizer, with the user's options plus those that hold what the mode holds."""
+    return config.model_copy(update={"optimizer": arm,
+                                     "optimizer_options": {**options.get(arm, {}), **coverage[arm].options}})
 
 
 @dataclass

@@ -129,6 +129,11 @@ class Optimizer(ABC):
         self.baseline = context.space.default_candidate()
         self.sweeps = 0
 
+    @classmethod
+    def check(cls, context: SearchContext) -> None:
+        """Refuse a run this strategy cannot do (a `UserError`), from what is known before any model
+        loads; most strategies can do any run the ledger and dev split allow."""
+
     def example_text(self, example_id: str, limit: int = 300) -> str:
         """A train example's input text, for proposer and critic prompts."""
         example = next(e for e in self.context.space.demo_pool if e.id == example_id)

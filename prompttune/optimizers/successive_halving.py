@@ -19,7 +19,7 @@ from pydantic import Field
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
+from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, validate_options
 from prompttune.search_spaces.space import Candidate
 
 SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))
@@ -59,21 +59,29 @@ class SuccessiveHalving(Optimizer):
     name = "sh"
     Options = SHOptions
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        dev = self.context.dev_ids
-        space = self.context.space
-        if self.options.schedule == "seed":
+    @classmethod
+    def check(cls, context: SearchContext) -> None:
+        cls.plan(context, validate_options(cls.name, cls.Options, context.options))
+
+    @staticmethod
+    def plan(context: SearchContext, options: SHOptions) -> list[tuple[int, int]]:
+        """The rounds (candidates, examples): the preset, or one that fills the budget and dev split."""
+        dev = context.dev_ids
+        if options.schedule == "seed":
             schedule = list(SEED_SCHEDULE)
         else:
-            schedule = auto_schedule(self.context.budget, len(dev), space.size().value, self.options.eta,
-                                     self.options.min_examples)
+            schedule = auto_schedule(context.budget, len(dev), context.space.size().value, options.eta,
+                                     options.min_examples)
         if sum(n for _, n in schedule) > len(dev):
             raise UserError(f"sh: schedule needs {sum(n for _, n in schedule)} dev examples, "
                             f"dev has {len(dev)} (raise --dev-size)")
-        self.schedule = schedule
+        return schedule
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.schedule = self.plan(self.context, self.options)
         self.round = 0
-        self.survivors = space.distinct_candidates(self.rng, schedule[0][0], first=[self.baseline])
+        self.survivors = self.context.space.distinct_candidates(self.rng, self.schedule[0][0], first=[self.baseline])
         self.n_initial = len(self.survivors)
         self.ranked: list[Candidate] = []
         self.block_start = 0
