@@ -147,7 +147,8 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
     require_dev_budget(config, task)
     optimizer_cls = checked_search(config, task, space)
     check_proposer_backend(config)
-    # Closed however the run ends: finished, stopped by a signal or an outage, or failed.
+    # Backends, signal handlers and cache are released however the run ends: finished, stopped by a
+    # signal or an outage, or failed.
     with ExitStack() as resources:
         backend = backend or resources.enter_context(closing(build_backend(config)))
         proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
@@ -155,105 +156,105 @@ def run_optimization(config: RunConfig, backend: Backend | None = None, console:
         counts_at_start = backend.server_counts()
         console.print(backend.describe())
         run_dir = resume_dir or make_run_dir(config, task.name)
-        with stop_on_signals(f"optimize --resume {run_dir}") as stop:
-            write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
-            trials_before = set_aside_trials(run_dir) if resume_dir else None
-            earlier = interruption(run_dir) if resume_dir else {}
+        stop = resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}"))
+        write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
+        trials_before = set_aside_trials(run_dir) if resume_dir else None
+        earlier = interruption(run_dir) if resume_dir else {}
 
-            def servers() -> dict[str, dict[str, int]]:
-                return _run_server_counts(backend, counts_at_start, earlier.get("servers", {}))
+        def servers() -> dict[str, dict[str, int]]:
+            return _run_server_counts(backend, counts_at_start, earlier.get("servers", {}))
 
-            if cache_view is None:
-                cache = resources.enter_context(closing(ResultCache(config.cache or run_dir / "cache.sqlite")))
-                metered = bool(config.cache or resume_dir)
+        if cache_view is None:
+            cache = resources.enter_context(closing(ResultCache(config.cache or run_dir / "cache.sqlite")))
+            metered = bool(config.cache or resume_dir)
 
-                def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
-                    return MeteredCache(cache) if metered else cache
+            def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
+                return MeteredCache(cache) if metered else cache
 
-            visible = task.without_test()
-            train = {ex.id: ex for ex in visible.splits["train"]}
-            context = search_context(config, visible, space)
-            space = context.space
-            seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
-            search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-            evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
-                                  scoring=config.scoring)
-            proposer = Proposer(proposer_backend, evaluator.meter)
-            optimizer = optimizer_cls(context, proposer)
-            storage = JsonlStorage(run_dir / "trials.jsonl")
-            baseline = optimizer.baseline
+        visible = task.without_test()
+        train = {ex.id: ex for ex in visible.splits["train"]}
+        context = search_context(config, visible, space)
+        space = context.space
+        seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
+        search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
+        evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
+                              scoring=config.scoring)
+        proposer = Proposer(proposer_backend, evaluator.meter)
+        optimizer = optimizer_cls(context, proposer)
+        storage = JsonlStorage(run_dir / "trials.jsonl")
+        baseline = optimizer.baseline
 
-            test = task.splits["test"]
-            try:
-                with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
-                              console=console, transient=False) as progress:
-                    bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
+        test = task.splits["test"]
+        try:
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
+                          console=console, transient=False) as progress:
+                bar = progress.add_task(f"{config.optimizer} on {task.name}", total=config.budget, best="–")
 
-                    search_started = time.time()
-                    estimated: list[bool] = []
+                search_started = time.time()
+                estimated: list[bool] = []
 
-                    def on_trial(trial: dict) -> None:
-                        # Estimated once, at the first trial the model answered: cache hits take no model time.
-                        if not estimated and search_ledger.computed_calls:
-                            estimated.append(True)
-                            rate = search_ledger.computed_calls / max(time.time() - search_started, 1e-9)
-                            left = config.budget - trial["budget_spent"]
-                            console.print(f"measured {rate:.1f} model calls/s: the search's remaining {left} calls "
-                                          f"should take at most about {left / rate / 60:.0f} min (less where the "
-                                          f"cache answers), the held-out verdict about "
-                                          f"{2 * len(test) / rate / 60:.0f} min more")
-                        best = trial.get("best_so_far")
-                        progress.update(bar, completed=trial["budget_spent"],
-                                        best="–" if best is None else f"{best:.3f}")
+                def on_trial(trial: dict) -> None:
+                    # Estimated once, at the first trial the model answered: cache hits take no model time.
+                    if not estimated and search_ledger.computed_calls:
+                        estimated.append(True)
+                        rate = search_ledger.computed_calls / max(time.time() - search_started, 1e-9)
+                        left = config.budget - trial["budget_spent"]
+                        console.print(f"measured {rate:.1f} model calls/s: the search's remaining {left} calls "
+                                      f"should take at most about {left / rate / 60:.0f} min (less where the "
+                                      f"cache answers), the held-out verdict about "
+                                      f"{2 * len(test) / rate / 60:.0f} min more")
+                    best = trial.get("best_so_far")
+                    progress.update(bar, completed=trial["budget_spent"],
+                                    best="–" if best is None else f"{best:.3f}")
 
-                    with stop.during_search():
-                        outcome = run_search(optimizer, evaluator, storage, on_trial, should_stop=stop)
+                with stop.during_search():
+                    outcome = run_search(optimizer, evaluator, storage, on_trial, should_stop=stop)
 
-                confirm_ledger = BudgetLedger()
-                test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
-                                           confirm_ledger,
-                                           scoring=config.scoring)
-                so_far = " (of the best candidate so far: the search was interrupted)" if outcome.interrupted else ""
-                console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
-                verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
-                                           config.confirm_top, config.seed)
-            except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
-                mark_interrupted(run_dir, str(exc), servers())
-                exc.run_dir = run_dir
-                raise
-            except RunInterrupted as exc:
-                mark_interrupted(run_dir, exc.reason, servers())
-                raise
+            confirm_ledger = BudgetLedger()
+            test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
+                                       confirm_ledger,
+                                       scoring=config.scoring)
+            so_far = " (of the best candidate so far: the search was interrupted)" if outcome.interrupted else ""
+            console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
+            verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, [e.id for e in test], config.alpha,
+                                       config.confirm_top, config.seed)
+        except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
+            mark_interrupted(run_dir, str(exc), servers())
+            exc.run_dir = run_dir
+            raise
+        except RunInterrupted as exc:
+            mark_interrupted(run_dir, exc.reason, servers())
+            raise
 
-            def as_seen(candidate: Candidate) -> str:
-                return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
+        def as_seen(candidate: Candidate) -> str:
+            return backend.to_text(render(candidate.spec, test[0], select_demos(candidate.spec, train)))
 
-            stopped = f"stopped by {stop.signal} after the trial in flight" if outcome.interrupted else None
-            if stopped:  # before verdict.json, which alone would say finished
-                mark_interrupted(run_dir, stopped, servers())
-            shipped = verdict.shipped
-            write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
-                         verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
-            write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
-                         label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
-            write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
-                         label="baseline: the task's default prompt, the one every candidate must beat")
-            resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
-                       if trials_before is not None else None)
-            result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger,
-                               time.time() - started, resumed, servers())
-            write_report(result, config, task, space, baseline)
-            write_run_facts(result, task)
-            if not stopped:
-                clear_interruption(run_dir)
-            write_html_report(run_dir)
-            print_summary(result, console)
-            if stopped:
-                raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its held-out verdict, "
-                                     f"is {run_dir / 'report.md'}; finish the run with `optimize --resume {run_dir}`",
-                                     stopped)
-            return result
+        stopped = f"stopped by {stop.signal} after the trial in flight" if outcome.interrupted else None
+        if stopped:  # before verdict.json, which alone would say finished
+            mark_interrupted(run_dir, stopped, servers())
+        shipped = verdict.shipped
+        write_prompt(run_dir, "best_prompt", shipped, space, baseline, as_seen(shipped),
+                     verdict=verdict.summary(), is_baseline=shipped.id == baseline.id)
+        write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline, as_seen(verdict.dev_winner),
+                     label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+        write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, as_seen(baseline),
+                     label="baseline: the task's default prompt, the one every candidate must beat")
+        resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
+                   if trials_before is not None else None)
+        result = RunResult(run_dir, baseline, space, outcome, verdict, search_ledger, confirm_ledger,
+                           time.time() - started, resumed, servers())
+        write_report(result, config, task, space, baseline)
+        write_run_facts(result, task)
+        if not stopped:
+            clear_interruption(run_dir)
+        write_html_report(run_dir)
+        print_summary(result, console)
+        if stopped:
+            raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its held-out verdict, "
+                                 f"is {run_dir / 'report.md'}; finish the run with `optimize --resume {run_dir}`",
+                                 stopped)
+        return result
 
 
 def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:

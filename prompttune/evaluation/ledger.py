@@ -11,8 +11,8 @@ from prompttune.core.errors import BudgetExhausted
 
 log = logging.getLogger(__name__)
 
-
 SHARED = " (shared cache)"  # suffix of a kind of call served from a cache another run filled
+
 
 @dataclass(frozen=True)
 class Reservation:
