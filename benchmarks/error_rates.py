@@ -1,8 +1,9 @@
 """Error rates and power of the verdict protocol, for every optimizer, on the synthetic oracle.
 
 The oracle (a test device with known per-prompt accuracies, `prompttune.backends.oracle`) runs
-the real search driver and the real held-out verdict (`tests/oracle_setup.py`): train 200 /
-dev 300 / test 1000, budget 3000 calls, base accuracy 0.6. Conditions:
+through the real run engine, search driver and held-out verdict included (`tests/support.py::
+run_oracle` calls `prompttune.engine.study.run_study`): train 200 / dev 300 / test 1000, budget
+3000 calls, base accuracy 0.6. Conditions:
 
 - null: every prompt 0.6 accurate, coins independent across prompts, or correlated through a
   shared per-example difficulty (Gaussian copula, rho 0.5);
@@ -25,7 +26,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/oracle_setup.py: the test device
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/support.py: the test device
 
 from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 

@@ -33,9 +33,9 @@ from rich.console import Console
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
-from prompttune.commands.common import load_run_task, load_space
-from prompttune.commands.optimize import run_optimization
 from prompttune.core.config import RunConfig
+from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.study import run_study
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -131,7 +131,7 @@ def main() -> None:
                 for seed in range(args.seeds):
                     config = base.model_copy(update={"optimizer": optimizer, "seed": seed, "budget": budget,
                                                      "runs_dir": runs_dir})
-                    result = run_optimization(config, backend=GridOnly(backend), console=Console(quiet=True))
+                    result = run_study(config, backend=GridOnly(backend), console=Console(quiet=True))
                     runs.append((by_id[result.verdict.dev_winner.id], by_id[result.shipped.id],
                                  result.search_ledger.calls))
                 rows.append((optimizer, fraction, budget, runs))

@@ -22,8 +22,9 @@ from pathlib import Path
 from rich.console import Console
 
 from prompttune.backends.transformers_backend import TransformersBackend
-from prompttune.commands.optimize import RunResult, run_optimization
 from prompttune.core.config import RunConfig
+from prompttune.engine.results import RunResult
+from prompttune.engine.study import run_study
 
 
 def trials(result: RunResult) -> list[tuple]:
@@ -47,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as runs_dir:
         for reuse in (False, True):
             backend = TransformersBackend(config.model, dtype=config.dtype, prefix_reuse=reuse)
-            results[reuse] = run_optimization(config.model_copy(update={"runs_dir": str(Path(runs_dir) / str(reuse))}),
+            results[reuse] = run_study(config.model_copy(update={"runs_dir": str(Path(runs_dir) / str(reuse))}),
                                               backend=backend, console=Console(quiet=True))
             result = results[reuse]
             print(f"prefix_reuse={reuse}: {result.wall_seconds:.0f} s for {result.search_ledger.calls} search + "

@@ -1,0 +1,28 @@
+"""prompttune: prompts as declared, searchable parameters, and only gains that survive a held-out test.
+
+The Python API (`prompttune.api`): `optimize`, `evaluate`, `compare`, `resume`, with `Task` and
+`SearchSpace` for in-memory data and spaces built in Python. Imported on first use, so that
+`import prompttune.<module>` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from typing import Any
+
+__version__ = importlib.metadata.version("prompttune")  # one source: pyproject.toml
+
+_API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
+        "resume": "prompttune.api", "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
+        "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",
+        "RunResult": "prompttune.engine.results"}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API:
+        raise AttributeError(f"module 'prompttune' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_API[name]), name)

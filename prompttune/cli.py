@@ -21,8 +21,8 @@ from typing import NoReturn, Sequence
 from pydantic import ValidationError
 
 from prompttune.commands import compare, evaluate, export, optimize, report, space
-from prompttune.commands.common import RUN_DIR
 from prompttune.core.errors import BackendUnavailable, UserError
+from prompttune.engine.setup import RUN_DIR
 
 EXIT_USAGE = 2
 EXIT_FAILURE = 1

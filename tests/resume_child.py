@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from prompttune.cli import main
-from prompttune.commands import compare, optimize
+from prompttune.engine import comparison, study
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 
@@ -27,7 +27,7 @@ class SlowBackend(CountingBackend):
 if __name__ == "__main__":
     folder, command, optimizers = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     config = oracle_config(folder)
-    optimize.build_backend = compare.build_backend = lambda _: SlowBackend(oracle_for(config))  # the test device
+    study.build_backend = comparison.build_backend = lambda _: SlowBackend(oracle_for(config))  # the test device
     which = ["--optimizer", optimizers] if command == "optimize" else ["--optimizers", optimizers, "--seeds", "2"]
     sys.exit(main([command, *which, "--task", config.task, "--budget", str(config.budget),
                    "--train-size", str(config.train_size), "--dev-size", str(config.dev_size),

@@ -10,18 +10,14 @@ from typing import Callable
 
 from prompttune.backends.base import Backend
 from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.commands.common import load_run_task
 from prompttune.core.config import RunConfig
-from prompttune.core.storage import InMemoryStorage
 from prompttune.core.types import Example, GenerateRequest, ScoreRequest
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Verdict, held_out_verdict
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.engine.results import RunResult
+from prompttune.engine.setup import load_run_task
+from prompttune.engine.study import run_study
+from prompttune.evaluation.confirmation import Verdict
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.objectives.stats import AcceptRule
-from prompttune.optimizers import SearchContext, get_optimizer, run_search
 from prompttune.optimizers.base import SearchOutcome
-from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks.base import SplitSizes, Task, make_splits
@@ -88,39 +84,44 @@ def oracle_space() -> SearchSpace:
 
 @dataclass
 class OracleRun:
-    outcome: SearchOutcome
-    verdict: Verdict
-    ledger: BudgetLedger
-    storage: InMemoryStorage
+    result: RunResult
     task: Task
-    optimizer: object
     backend: SyntheticOracleBackend
+
+    @property
+    def outcome(self) -> SearchOutcome:
+        return self.result.outcome
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.result.verdict
+
+    @property
+    def ledger(self) -> BudgetLedger:
+        return self.result.search_ledger
+
+    @property
+    def optimizer(self):
+        return self.result.strategy.optimizer
+
+    @property
+    def storage(self):
+        return self.result.trials
 
 
 def run_oracle(optimizer: str, budget: int, seed: int = 0, sizes: SplitSizes = SplitSizes(200, 300, 50),
                space: SearchSpace | None = None, options: dict | None = None,
                accuracy=oracle_accuracy, proposals=None, correlation: float = 0.0, alpha: float = 0.05,
                dev_alpha: float = 0.10, confirm_top: int = 1) -> OracleRun:
-    """One search on the oracle and the held-out verdict, exactly as `optimize` runs them."""
+    """One search on the oracle and the held-out verdict, through the run engine (no run directory)."""
     task = synthetic_task(n_per_class=max(200, sum(vars(sizes).values()) // 3 + 1), sizes=sizes)
-    examples = [e for split in task.splits.values() for e in split]
-    backend = SyntheticOracleBackend(examples, accuracy, seed=seed, proposals=proposals,
-                                     difficulty_correlation=correlation)
-    ledger = BudgetLedger(cap_calls=budget)
-    train = {e.id: e for e in task.splits["train"]}
-    visible = {e.id: e for s in ("train", "dev") for e in task.splits[s]}
-    evaluator = Evaluator(backend, visible, train, ResultCache(), ledger)
-    space = (space or oracle_space()).bind(task.splits["train"])
-    context = SearchContext(space, list(train), [e.id for e in task.splits["dev"]], 3, seed=seed,
-                            budget=budget, options=options or {}, accept_rule=AcceptRule(alpha=dev_alpha))
-    opt = get_optimizer(optimizer)(context, Proposer(backend, evaluator.meter))
-    storage = InMemoryStorage()
-    outcome = run_search(opt, evaluator, storage)
-    test = task.splits["test"]
-    test_evaluator = Evaluator(backend, {e.id: e for e in test}, train, ResultCache(), BudgetLedger())
-    verdict = held_out_verdict(opt.baseline, outcome.ranking, test_evaluator, [e.id for e in test], alpha,
-                               confirm_top, seed)
-    return OracleRun(outcome, verdict, ledger, storage, task, opt, backend)
+    backend = SyntheticOracleBackend.for_task(task, accuracy, seed=seed, proposals=proposals,
+                                              difficulty_correlation=correlation)
+    config = RunConfig(task=task.name, optimizer=optimizer, budget=budget, seed=seed, optimizer_options=options or {},
+                       alpha=alpha, dev_alpha=dev_alpha, confirm_top=confirm_top, train_size=sizes.train,
+                       dev_size=sizes.dev, test_size=sizes.test)
+    result = run_study(config, task=task, space=space or oracle_space(), backend=backend, record=False)
+    return OracleRun(result, task, backend)
 
 
 # -- the error-rate problem (benchmarks/error_rates.py and its small version in the suite) ------------

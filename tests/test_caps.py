@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from prompttune.commands.optimize import run_optimization
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.storage import JsonlStorage
+from prompttune.engine.study import run_study
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -88,7 +88,7 @@ def test_a_failed_call_leaves_the_ledger_as_it_was(tmp_path: Path) -> None:
 def test_a_tight_token_cap_is_never_passed(tmp_path: Path, optimizer: str) -> None:
     cap = 2500  # about a third of what 300 calls cost on this task
     config = oracle_config(tmp_path, optimizer=optimizer, budget_tokens=cap)
-    result = run_optimization(config, backend=oracle_for(config))
+    result = run_study(config, backend=oracle_for(config))
     ledger = result.search_ledger
     assert result.outcome.stopped_by_budget and ledger.calls < config.budget  # the token cap stopped it
     assert ledger.tokens <= cap and ledger.reserved_tokens == 0
@@ -156,7 +156,7 @@ def test_a_rerun_on_a_shared_cache_pays_for_proposer_and_embedding_hits(tmp_path
         config = oracle_config(tmp_path, optimizer="p2g", optimizer_options=options,
                                cache=str(tmp_path / "shared.sqlite"), runs_dir=str(tmp_path / name))
         backends.append(oracle_for(config))
-        runs.append(run_optimization(config, backend=backends[-1]))
+        runs.append(run_study(config, backend=backends[-1]))
         if name == "first":
             computed = embedded[0]
     first, rerun = (r.search_ledger for r in runs)
@@ -174,7 +174,7 @@ def test_the_wall_time_estimate_counts_only_calls_the_model_answered(tmp_path: P
     outputs = []
     for _ in range(2):
         console = Console(file=io.StringIO(), width=200)
-        result = run_optimization(config, backend=oracle_for(config), console=console)
+        result = run_study(config, backend=oracle_for(config), console=console, progress=True)
         outputs.append(console.file.getvalue())
     first, rerun = outputs
     assert "model calls/s" in first and "model calls/s" not in rerun

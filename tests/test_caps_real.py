@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from prompttune.backends.factory import build_backend
-from prompttune.commands.optimize import run_optimization
 from prompttune.core.config import RunConfig
 from prompttune.core.storage import JsonlStorage
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest
+from prompttune.engine.study import run_study
 from tests.support import CountingBackend
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def test_a_tight_token_cap_is_never_passed_with_the_real_model(backend: Counting
     config = RunConfig(task="agnews", optimizer="random", data_dir=str(data_dir), budget=200, budget_tokens=cap,
                        train_size=8, dev_size=8, test_size=8, runs_dir=str(tmp_path))
     before = backend.calls
-    result = run_optimization(config, backend=backend)
+    result = run_study(config, backend=backend)
     ledger = result.search_ledger
     assert result.outcome.stopped_by_budget and ledger.calls < config.budget  # the token cap stopped it
     assert ledger.tokens <= cap and ledger.reserved_tokens == 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.cli import main
-from prompttune.commands import optimize
+from prompttune.engine import strategies, study
 from tests.support import colours_task_file, oracle_for
 
 
@@ -39,8 +39,8 @@ def test_a_crash_in_a_run_leaves_its_traceback_in_the_run_directory(capsys, tmp_
     def crash(*args, **kwargs):
         raise RuntimeError("disk on fire\nsecond line")
 
-    monkeypatch.setattr(optimize, "build_backend", oracle_for)
-    monkeypatch.setattr(optimize, "run_search", crash)
+    monkeypatch.setattr(study, "build_backend", oracle_for)
+    monkeypatch.setattr(strategies, "run_search", crash)
     assert _optimize(tmp_path) == 1
     log = _log_named_by_the_last_line(capsys)
     run_dir, = (tmp_path / "runs").iterdir()
@@ -53,7 +53,7 @@ def test_a_crash_before_any_run_directory_leaves_its_traceback_in_a_temp_file(ca
     def crash(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(optimize, "load_run_task", crash)
+    monkeypatch.setattr(study, "load_run_task", crash)
     assert _optimize(tmp_path) == 1
     log = _log_named_by_the_last_line(capsys)
     try:

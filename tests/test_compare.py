@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.commands.compare import parse_options, run_compare
-from prompttune.commands.optimize import run_optimization
-from prompttune.compare.fairness import ModelWatch
+from prompttune.commands.compare import parse_options
+from prompttune.comparing.fairness import ModelWatch
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import ScoreRequest
+from prompttune.engine.comparison import run_compare
+from prompttune.engine.study import run_study
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -71,7 +72,7 @@ def test_compare_two_optimizers_two_seeds_matched_budgets(tmp_path: Path) -> Non
     assert all(r.foreign_calls > 0 for r in result.runs[1:])
     # A run inside the comparison spent exactly what it spends alone with a private cache.
     sh1 = result.runs[3]
-    solo = run_optimization(config.model_copy(update={"optimizer": "sh", "seed": 1, "optimizer_options": {"eta": 3},
+    solo = run_study(config.model_copy(update={"optimizer": "sh", "seed": 1, "optimizer_options": {"eta": 3},
                                                       "runs_dir": str(tmp_path / "solo")}),
                             backend=oracle_for(config))
     assert (solo.search_ledger.calls, solo.search_ledger.tokens) == (sh1.search.calls, sh1.search.tokens)

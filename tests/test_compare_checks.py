@@ -15,19 +15,19 @@ from rich.console import Console
 
 from prompttune.backends.base import Backend
 from prompttune.cli import main
-from prompttune.commands import optimize
-from prompttune.commands.compare import Comparison, run_compare
-from prompttune.commands.compare_report import spend_cells
-from prompttune.compare.coverage import coverage_check
-from prompttune.compare.fairness import Check, ModelWatch, Spend, caps_of, fairness_checks
+from prompttune.comparing.coverage import coverage_check
+from prompttune.comparing.fairness import Check, ModelWatch, Spend, caps_of, fairness_checks
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import GenerateRequest
+from prompttune.engine import study
+from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers.random_search import RandomSearch
+from prompttune.reports.compare_report import spend_cells
 from prompttune.search_spaces import default_space
 from tests.support import CountingBackend, colours_task_file, oracle_config, oracle_for, task_of
 
@@ -72,7 +72,7 @@ def test_an_arm_that_asks_the_model_behind_its_ledger_fails_the_served_and_cap_c
 
 def test_an_arm_with_another_baseline_prompt_fails_the_baseline_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    load_space = optimize.load_space
+    load_space = study.load_space
 
     def sh_shows_options(config: RunConfig, task):
         space = load_space(config, task)
@@ -80,7 +80,7 @@ def test_an_arm_with_another_baseline_prompt_fails_the_baseline_check(
             return space
         return replace(space, base=space.base.with_updates(options="Options: red, green or blue."))
 
-    monkeypatch.setattr(optimize, "load_space", sh_shows_options)
+    monkeypatch.setattr(study, "load_space", sh_shows_options)
     config = oracle_config(tmp_path)
     result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
     check = _check(result, BASELINE)
@@ -91,7 +91,7 @@ def test_an_arm_with_another_baseline_prompt_fails_the_baseline_check(
 
 def test_an_arm_judged_on_other_test_examples_fails_the_test_id_check(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    load_run_task = optimize.load_run_task
+    load_run_task = study.load_run_task
 
     def sh_loses_a_test_example(config: RunConfig):
         task = load_run_task(config)
@@ -99,7 +99,7 @@ def test_an_arm_judged_on_other_test_examples_fails_the_test_id_check(
             return task
         return replace(task, splits={**task.splits, "test": task.splits["test"][1:]})
 
-    monkeypatch.setattr(optimize, "load_run_task", sh_loses_a_test_example)
+    monkeypatch.setattr(study, "load_run_task", sh_loses_a_test_example)
     config = oracle_config(tmp_path)
     result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
     check = _check(result, TEST_IDS)
@@ -119,7 +119,7 @@ def random_stops_early_at_seed_1(tmp_path_factory: pytest.TempPathFactory) -> tu
         patch.setattr(RandomSearch, "ask", lambda self: None if self.context.seed == 1 and self._scored else ask(self))
         config = oracle_config(tmp_path)
         result = run_compare(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config),
-                             console=Console(file=console, width=250))
+                             console=Console(file=console, width=250), progress=True)
     return result, console.getvalue()
 
 

@@ -12,11 +12,11 @@ import pytest
 from rich.console import Console
 from scipy import stats
 
-from prompttune.commands.compare import Comparison, run_compare
 from prompttune.commands.compare import add_parser as add_compare_commands
-from prompttune.compare.arms import DSPY_ARMS
-from prompttune.compare.coverage import REACH, coverage_check, plan_coverage
+from prompttune.comparing.arms import DSPY_ARMS
+from prompttune.comparing.coverage import REACH, coverage_check, plan_coverage
 from prompttune.core.errors import UserError
+from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.optimizers import OPTIMIZERS, checked_optimizer
 from prompttune.search_spaces import build_space, default_space
 from tests.support import oracle_config, oracle_for, task_of

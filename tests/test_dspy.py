@@ -15,10 +15,8 @@ from dspy.utils.exceptions import AdapterParseError  # noqa: E402
 
 from prompttune.backends.factory import build_backend  # noqa: E402
 from prompttune.cli import main  # noqa: E402
-from prompttune.commands.compare import run_compare  # noqa: E402
-from prompttune.commands.export import export  # noqa: E402
-from prompttune.compare.arms import DSPY_ARMS  # noqa: E402
-from prompttune.compare.coverage import REACH  # noqa: E402
+from prompttune.comparing.arms import DSPY_ARMS  # noqa: E402
+from prompttune.comparing.coverage import REACH  # noqa: E402
 from prompttune.core.errors import UserError  # noqa: E402
 from prompttune.core.types import Record  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
@@ -30,6 +28,8 @@ from prompttune.dspy_bridge.optimizers import (  # noqa: E402
     feedback_text,
 )
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
+from prompttune.engine.comparison import run_compare  # noqa: E402
+from prompttune.engine.export import export  # noqa: E402
 from prompttune.evaluation.cache import ResultCache  # noqa: E402
 from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402

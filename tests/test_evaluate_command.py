@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.commands.evaluate import EvaluateConfig, run_evaluation
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest, ScoreResult
+from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.tasks import SplitSizes, load_task
 from tests.support import CountingBackend
 

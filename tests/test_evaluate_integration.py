@@ -10,7 +10,7 @@ import yaml
 
 from prompttune.backends.factory import build_backend
 from prompttune.cli import main
-from prompttune.commands import evaluate as prompt_set
+from prompttune.engine import evaluation as prompt_set
 from tests.support import CountingBackend
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.commands.export import export
+from prompttune.engine.export import export
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
 from tests.support import oracle_config, task_of

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from prompttune.cli import main
-from prompttune.commands.optimize import RunResult, run_optimization
+from prompttune.engine.results import RunResult
+from prompttune.engine.study import run_study
 from tests.browser import check_page, chromium_or_skip
 from tests.support import oracle_config, oracle_for
 
@@ -17,7 +18,7 @@ from tests.support import oracle_config, oracle_for
 def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     """A random search on the oracle with enough candidates (20) for fANOVA."""
     config = oracle_config(tmp_path_factory.mktemp("html"), dev_size=20, budget=400)
-    return run_optimization(config, backend=oracle_for(config))
+    return run_study(config, backend=oracle_for(config))
 
 
 def test_optimize_report_renders_in_a_browser(oracle_run: RunResult) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from prompttune.backends.factory import build_backend
-from prompttune.commands.optimize import run_optimization
 from prompttune.core.config import RunConfig
+from prompttune.engine.study import run_study
 from tests.support import CountingBackend
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def test_optimizer_smoke_with_the_embedded_model(name: str, backend: CountingBac
     config = RunConfig(task="agnews", data_dir=str(data_dir), optimizer=name, optimizer_options=OPTIONS[name],
                        budget=160, train_size=40, dev_size=24, test_size=24, runs_dir=str(tmp_path))
     before = backend.calls
-    result = run_optimization(config, backend=backend)
+    result = run_study(config, backend=backend)
     assert result.search_ledger.calls <= 160
     assert backend.calls - before == result.search_ledger.calls + result.confirm_ledger.calls
     trials = [json.loads(line) for line in (result.run_dir / "trials.jsonl").read_text().splitlines()]

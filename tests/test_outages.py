@@ -20,10 +20,11 @@ from rich.console import Console
 from prompttune.backends.openai_backend import OpenAIBackend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, embedded_model_path
 from prompttune.cli import EXIT_UNAVAILABLE, main
-from prompttune.commands.optimize import RunResult, run_optimization
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.storage import JsonlStorage
+from prompttune.engine.results import RunResult
+from prompttune.engine.study import run_study
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -113,7 +114,7 @@ def _colours_config(folder: Path, url: str, **changes: object) -> RunConfig:
 def test_a_server_that_never_returns_stops_the_run_resumably(tmp_path: Path, fakes: list[FakeServer],
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     fakes.append(FakeServer(varied=True))
-    whole = run_optimization(_colours_config(tmp_path / "whole", fakes[0].url), console=_quiet())
+    whole = run_study(_colours_config(tmp_path / "whole", fakes[0].url), console=_quiet())
     whole_requests = fakes[0].completions - PROBES
     config = _colours_config(tmp_path / "cut", fakes[0].url, timeout=1.0, retries=2)  # deadline: 2 s
     fakes.append(FakeServer(varied=True, die_after=PROBES + whole_requests // 2))
@@ -166,7 +167,7 @@ def _small_config(folder: Path, url: str) -> RunConfig:
 
 
 def test_a_llama_server_killed_and_restarted_mid_run_loses_nothing(tmp_path: Path, llama: LlamaServer) -> None:
-    whole = run_optimization(_small_config(tmp_path / "whole", llama.url), console=_quiet())
+    whole = run_study(_small_config(tmp_path / "whole", llama.url), console=_quiet())
     config = _small_config(tmp_path / "cut", llama.url)
     failed: list[BaseException] = []
     finished = threading.Event()
@@ -188,7 +189,7 @@ def test_a_llama_server_killed_and_restarted_mid_run_loses_nothing(tmp_path: Pat
     watcher = threading.Thread(target=outage)
     watcher.start()
     try:
-        result = run_optimization(config, console=_quiet())
+        result = run_study(config, console=_quiet())
     finally:
         finished.set()
         watcher.join()

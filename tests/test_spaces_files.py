@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from prompttune.backends.oracle import SyntheticOracleBackend
-from prompttune.commands.optimize import run_optimization
 from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.engine.study import run_study
 from prompttune.search_spaces import Rule, WordNetSource, build_space, render
 from prompttune.search_spaces.loader import load_space_file
 from prompttune.search_spaces.prompt import select_demos
@@ -160,7 +160,7 @@ def test_optimize_runs_a_space_file_end_to_end(data_dir: Path, tmp_path: Path) -
                        budget=200, train_size=40, dev_size=40, test_size=40, runs_dir=str(tmp_path))
     task = load_task("agnews", data_dir, SplitSizes(40, 40, 40), 0)
     backend = SyntheticOracleBackend([e for s in task.splits.values() for e in s], lambda text: 0.7)
-    result = run_optimization(config, backend=backend)
+    result = run_study(config, backend=backend)
     assert result.outcome.n_candidates >= 2 and (result.run_dir / "best_prompt.json").is_file()
 
 

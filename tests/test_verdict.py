@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from prompttune.commands.export import load_winner
-from prompttune.commands.optimize import run_optimization
 from prompttune.core.types import Record
+from prompttune.engine.export import load_winner
+from prompttune.engine.study import run_study
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from tests.support import oracle_config, oracle_for, run_oracle
@@ -20,7 +20,7 @@ from tests.support import oracle_config, oracle_for, run_oracle
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_what_ships_is_the_verdict(tmp_path: Path, name: str) -> None:
     config = oracle_config(tmp_path, optimizer=name)
-    result = run_optimization(config, backend=oracle_for(config))
+    result = run_study(config, backend=oracle_for(config))
     verdict, run_dir = result.verdict, result.run_dir
     shipped = json.loads((run_dir / "best_prompt.json").read_text())
     assert shipped["candidate_id"] == verdict.shipped.id == result.shipped.id
@@ -40,7 +40,7 @@ def test_an_unconfirmed_dev_winner_is_kept_beside_the_baseline_that_ships(tmp_pa
     config = oracle_config(tmp_path)
     backend = oracle_for(config)
     backend.inner.accuracy_of = lambda text: 0.6
-    result = run_optimization(config, backend=backend)
+    result = run_study(config, backend=backend)
     assert result.verdict.dev_winner.id != result.baseline.id
     assert result.verdict.confirmed is None and result.shipped.id == result.baseline.id
     assert "the baseline ships" in (result.run_dir / "report.md").read_text()

@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import math
 from statistics import NormalDist
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from prompttune.backends.base import Backend, Request
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.tasks.base import Task
 
 _KEY = 16
 _GENERATED_TOKENS = 8  # what every generation reports, whatever it says, unless max_new_tokens is less
@@ -52,6 +53,11 @@ class SyntheticOracleBackend(Backend):
                 if len(value) < _KEY:
                     raise ValueError(f"oracle: example texts need at least {_KEY} characters")
                 self._index.setdefault(value[:_KEY], []).append((ex, value))
+
+    @classmethod
+    def for_task(cls, task: Task, accuracy_of: Callable[[str], float], **options: Any) -> "SyntheticOracleBackend":
+        """The oracle over every example of `task`'s splits."""
+        return cls([ex for split in task.splits.values() for ex in split], accuracy_of, **options)
 
     def to_text(self, prompt: Prompt) -> str:
         if prompt.messages is None:
@@ -112,3 +118,11 @@ class SyntheticOracleBackend(Backend):
         before it runs, so it takes the place of `max_new_tokens` in the base class's bound."""
         return [bound - r.max_new_tokens + _generated_tokens(r) if isinstance(r, GenerateRequest) else bound
                 for r, bound in zip(requests, super().token_bounds(requests))]
+
+
+def demo_task(per_label: int = 40) -> Task:
+    """A three-colour task for the oracle (test-device data for examples and doctests): 40 items per
+    colour, drawn into train/dev/test halves and quarters."""
+    rows = [{"text": f"item {i:03d} is painted {colour} all over", "colour": colour}
+            for i in range(per_label) for colour in ("red", "green", "blue")]
+    return Task.from_records(rows, label="colour", name="colours")

@@ -1,3 +1,2 @@
-"""One module pair per command: `<command>.py` runs it and registers its parser (`add_parser`),
-`<command>_report.py` (or `_formats.py`) says what it found. `common.py` holds the set-up and
-options every command shares."""
+"""The command line only: each module parses one command's options, calls the engine
+(`prompttune.engine`) and prints. Nothing but `prompttune.cli` imports this package."""

@@ -10,6 +10,7 @@ import importlib.metadata
 
 from prompttune.core.errors import UserError
 
+DSPY_ARMS = ("dspy-mipro", "dspy-bfrs", "dspy-gepa", "dspy-copro", "dspy-simba")  # dspy_bridge.optimizers
 DSPY_VERSION = "3.4.1"  # the adapter follows this release's engine and adapter interfaces
 
 

@@ -116,19 +116,23 @@ def _read(path: Path) -> object:
 
 def load_prompts_file(path: str | Path, task: Task) -> list[NamedPrompt]:
     """Parse and validate a prompts file for `task`; any problem is a one-line UserError."""
-    path = Path(path)
-    raw = _read(path)
+    return parse_prompts(_read(Path(path)), task, str(path))
+
+
+def parse_prompts(raw: object, task: Task, source: str = "prompts") -> list[NamedPrompt]:
+    """Templates (a list, or a mapping with 'prompts' and optional 'label_words') as named prompt
+    specs for `task`; `source` names where they came from in every error."""
     try:
         parsed = _PromptsFile.model_validate({"prompts": raw} if isinstance(raw, list) else raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "top level"
-        raise UserError(f"{path}: {where}: {err['msg']} (expected a list of templates or a mapping "
+        raise UserError(f"{source}: {where}: {err['msg']} (expected a list of templates or a mapping "
                         f"with 'prompts' and optional 'label_words')") from None
     try:
         words = _label_words(parsed.label_words, task)
     except UserError as exc:
-        raise UserError(f"{path}: {exc}") from None
+        raise UserError(f"{source}: {exc}") from None
     prompts: list[NamedPrompt] = []
     for i, entry in enumerate(parsed.prompts, start=1):
         name, template = (f"p{i:02d}", entry) if isinstance(entry, str) else (entry.name or f"p{i:02d}",
@@ -136,10 +140,10 @@ def load_prompts_file(path: str | Path, task: Task) -> list[NamedPrompt]:
         try:
             spec = template_spec(template, task.input_fields, words)
         except UserError as exc:
-            raise UserError(f"{path}: prompt {name!r}: {exc}") from None
+            raise UserError(f"{source}: prompt {name!r}: {exc}") from None
         clash = next((p for p in prompts if p.name == name or p.spec == spec), None)
         if clash is not None:
-            raise UserError(f"{path}: prompt {name!r} repeats the {'name' if clash.name == name else 'template'} "
+            raise UserError(f"{source}: prompt {name!r} repeats the {'name' if clash.name == name else 'template'} "
                             f"of prompt {clash.name!r}")
         prompts.append(NamedPrompt(name, spec, template))
     return prompts

@@ -25,7 +25,7 @@ from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.objectives import get_objective
+from prompttune.objectives import Objective, get_objective
 from prompttune.objectives.stats import AcceptRule, Decision
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.search_helpers import rank_by_score
@@ -41,7 +41,7 @@ class SearchContext:
     train_ids: list[str]
     dev_ids: list[str]
     n_classes: int
-    objective: str = "accuracy"
+    objective: str | Objective = "accuracy"  # a name, or a callable (gold, pred, n_classes) -> float
     seed: int = 0
     budget: int = 0
     options: dict[str, Any] = field(default_factory=dict)
@@ -51,7 +51,8 @@ class SearchContext:
     def score(self, records: Sequence[Record]) -> float:
         gold = [r.gold for r in records]
         pred = [r.pred for r in records]
-        return float(get_objective(self.objective)(gold, pred, self.n_classes))
+        objective = get_objective(self.objective) if isinstance(self.objective, str) else self.objective
+        return float(objective(gold, pred, self.n_classes))
 
 
 @dataclass(frozen=True)

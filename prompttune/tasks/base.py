@@ -1,9 +1,10 @@
-"""A task: labelled examples in three disjoint splits plus the label vocabulary."""
+"""A task: labelled examples in three disjoint splits plus the label vocabulary; built from files
+(`builtin`, `custom`) or from in-memory rows (`task_from_records`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -31,6 +32,18 @@ class Task:
 
     def split(self, name: SplitName) -> list[Example]:
         return self.splits[name]
+
+    @classmethod
+    def from_records(cls, records: Any = None, **options: Any) -> "Task":
+        """A task from in-memory rows (lists of dicts or a pandas DataFrame): see `task_from_records`
+        for the options (`label=` is required).
+
+        >>> rows = [{"text": f"item {i}", "label": ["red", "blue"][i % 2]} for i in range(8)]
+        >>> task = Task.from_records(rows, label="label")
+        >>> task.labels, {name: len(split) for name, split in task.splits.items()}
+        (['blue', 'red'], {'test': 2, 'dev': 2, 'train': 4})
+        """
+        return task_from_records(records, **options)
 
     def without_test(self) -> "Task":
         """The view an optimizer receives: the test split is physically absent."""
@@ -100,3 +113,79 @@ def check_labels(name: str, labels: list[str], examples: list[Example]) -> None:
     missing = [labels[i] for i in range(len(labels)) if i not in present]
     if missing:
         raise UserError(f"task {name!r}: labels absent from the data: {', '.join(missing)}")
+
+
+Records = Iterable[Mapping[str, Any]] | Any  # a pandas DataFrame counts too
+
+SPLITS = ("train", "dev", "test")
+
+
+def _rows(records: Records, what: str) -> list[Mapping[str, Any]]:
+    rows = records.to_dict("records") if hasattr(records, "to_dict") else list(records)
+    if not all(isinstance(row, Mapping) for row in rows):
+        raise UserError(f"{what}: expected a list of dicts (column -> value) or a pandas DataFrame")
+    return rows
+
+
+def _label_words(values: list[str], labels: Sequence[str] | Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
+    """label value -> verbalizer words: given, or the data's own label values (each its own word)."""
+    if labels is None:
+        return {value: [value] for value in sorted(set(values))}
+    if isinstance(labels, Mapping):
+        return {str(k): [str(w) for w in words] for k, words in labels.items()}
+    return {str(k): [str(k)] for k in labels}
+
+
+def task_from_records(records: Records | None = None, *, label: str, text: str | Sequence[str] | None = None,
+                      labels: Sequence[str] | Mapping[str, Sequence[str]] | None = None,
+                      train: Records | None = None, dev: Records | None = None, test: Records | None = None,
+                      split: str | None = None, name: str = "records", description: str = "",
+                      sizes: SplitSizes | None = None, seed: int = 0) -> Task:
+    """A task from rows. Give either `records` (one pool, drawn into stratified train/dev/test by
+    `sizes` — by default half, a quarter and a quarter — or divided by its `split` column) or the
+    three splits as `train`, `dev` and `test` (used whole). `text` names the input columns (default:
+    every column but the label and split); `labels` lists the label values in order, or maps each to
+    its verbalizer words (default: the data's distinct values, each its own word)."""
+    given = {"train": train, "dev": dev, "test": test}
+    if (records is None) == all(v is None for v in given.values()):
+        raise UserError(f"task {name!r}: give either records or all of train, dev and test")
+    if records is None and any(v is None for v in given.values()):
+        raise UserError(f"task {name!r}: give all of train, dev and test (missing: "
+                        f"{', '.join(k for k, v in given.items() if v is None)})")
+    pools_rows = ({"all": _rows(records, f"task {name!r}")} if records is not None
+                  else {k: _rows(v, f"task {name!r}: {k}") for k, v in given.items()})
+    every = [row for rows in pools_rows.values() for row in rows]
+    if not every:
+        raise UserError(f"task {name!r}: no rows")
+    columns = [text] if isinstance(text, str) else list(text or [c for c in every[0] if c not in (label, split)])
+    needed = {*columns, label, *([split] if split else [])}
+    for i, row in enumerate(every):
+        if missing := needed - row.keys():
+            raise UserError(f"task {name!r}: row {i} lacks {', '.join(sorted(missing))}")
+    words = _label_words([str(row[label]) for row in every], labels)
+    label_names = list(words)
+    if unknown := sorted({str(row[label]) for row in every} - set(label_names)):
+        raise UserError(f"task {name!r}: the data has labels not listed in labels: {', '.join(unknown)}")
+    if len(label_names) < 2:
+        raise UserError(f"task {name!r}: a classification task needs at least two labels, found {label_names}")
+
+    def example(row: Mapping[str, Any], i: int, pool: str) -> Example:
+        return Example(f"{name}-{pool}-{i}", {c: str(row[c]) for c in columns}, label_names.index(str(row[label])))
+
+    pools = {pool: [example(row, i, pool) for i, row in enumerate(rows)] for pool, rows in pools_rows.items()}
+    check_labels(name, label_names, [ex for exs in pools.values() for ex in exs])
+    if records is None:
+        splits = pools
+    elif split:
+        splits = {s: [] for s in SPLITS}
+        for row, ex in zip(pools_rows["all"], pools["all"]):
+            if str(row[split]) not in SPLITS:
+                raise UserError(f"task {name!r}: unknown split value {row[split]!r} (use train, dev, test)")
+            splits[str(row[split])].append(ex)
+    else:
+        n = len(pools["all"])
+        sizes = sizes or SplitSizes(n - 2 * (n // 4), n // 4, n // 4)
+        splits = make_splits({s: pools["all"] for s in SPLITS}, sizes, seed, name)
+    if empty := [s for s in SPLITS if not splits[s]]:
+        raise UserError(f"task {name!r}: split {empty[0]!r} is empty")
+    return Task(name, label_names, [words[k] for k in label_names], columns, splits, description)

@@ -28,7 +28,7 @@ from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, Score
 from prompttune.tasks.base import Task
 
 if TYPE_CHECKING:
-    from prompttune.compare.arms import ArmRun
+    from prompttune.comparing.arms import ArmRun
 
 KEY = 12  # characters that index a test text; shorter texts are too common to watch for
 FULL_SPEND = 0.9  # an arm that spent less of the matched cap is flagged

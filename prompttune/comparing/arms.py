@@ -1,5 +1,5 @@
-"""Compared arms: what every arm shares (the bench), what one arm-seed run yields, and how a
-prompttune optimizer runs as an arm (`prompttune.commands.compare`); DSPy arms in `dspy_arm`."""
+"""Compared arms: what every arm shares (the bench) and what one arm-seed run yields; each arm runs
+through the run engine (`prompttune.engine.comparison`)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Any
 from pydantic import ConfigDict, TypeAdapter
 from rich.console import Console
 
-from prompttune.compare.coverage import Coverage
-from prompttune.compare.fairness import ModelWatch, Served
+from prompttune.comparing.coverage import Coverage
+from prompttune.comparing.fairness import ModelWatch, Served
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import write_atomic
+from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger
@@ -22,8 +23,6 @@ from prompttune.optimizers import OPTIMIZERS, checked_optimizer
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
-
-DSPY_ARMS = ("dspy-mipro", "dspy-bfrs", "dspy-gepa", "dspy-copro", "dspy-simba")  # dspy_bridge.optimizers
 
 
 def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunConfig) -> None:
@@ -61,6 +60,7 @@ class Bench:
     coverage: dict[str, Coverage]
     arms_dir: Path
     console: Console
+    progress: bool = False  # the CLI: progress bars, per-arm summaries, graceful stops on a signal
 
     def arm_config(self, arm: str, seed: int) -> RunConfig:
         """The arm's run: the user's options plus those that hold what the mode holds."""

@@ -1,4 +1,4 @@
-"""The formats `prompttune export` writes the shipped prompt in.
+"""The formats `prompttune export` writes the shipped prompt in, and the export itself.
 
 - `text` (prompt.txt): the exact prompt the model was scored on, with `{field}` where each input
   goes (fill it by plain replacement: demo texts may contain braces, so not with str.format).
@@ -12,12 +12,16 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
 from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.core.storage import read_json
 from prompttune.core.types import Example, Prompt
+from prompttune.engine.setup import load_run_task, read_run_config
 from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"
@@ -40,12 +44,12 @@ def as_text(prompt: Prompt) -> str:
     return "\n\n".join(turns + [f"[assistant]\n{prompt.assistant_prefix}"])
 
 
-def as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path) -> dict[str, Any]:
+def as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     prompt = template(spec, demos)
     shape = ({"text": prompt.text} if prompt.messages is None else
              {"messages": [{"role": r, "content": c} for r, c in prompt.messages],
               "assistant_prefix": prompt.assistant_prefix})
-    return {"format": FORMAT, "source_run": str(run_dir), "task": config.task, "model": config.model,
+    return {"format": FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task, "model": config.model,
             "scoring": config.scoring, "input_fields": input_fields(spec), "template": shape,
             "label_words": list(spec.label_words), "continuations": list(prompt.label_continuations),
             "demos": [{"id": ex.id, "fields": ex.fields, "label": spec.label_words[ex.label]} for ex in demos],
@@ -89,3 +93,47 @@ def write_dspy(spec: PromptSpec, demos: list[Example], run_dir: Path, out: Path)
     (out / "program.py").write_text(LOADER.format(run=run_dir, first=names[0], inputs=tuple(names),
                                                   labels=tuple(spec.label_words)))
     return [out / "program.json", out / "program.py"]
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def load_winner(run_dir: Path) -> tuple[PromptSpec, RunConfig]:
+    """The chosen PromptSpec and the run's configuration, from a run directory."""
+    config = read_run_config(run_dir)
+    best = read_json(run_dir / "best_prompt.json")
+    if not isinstance(best, dict) or not isinstance(best.get("spec"), dict):
+        raise UserError(f"{run_dir / 'best_prompt.json'} holds no prompt spec; was it written by optimize?")
+    known = {f.name for f in fields(PromptSpec)}
+    return PromptSpec(**{k: _tuples(v) for k, v in best["spec"].items() if k in known}), config
+
+
+def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
+    """The spec's demos, from the same train split the run drew (same data, sizes and split seed)."""
+    if not spec.demo_ids:
+        return []
+    task = load_run_task(config)
+    train = {ex.id: ex for ex in task.splits["train"]}
+    missing = [i for i in spec.demo_ids if i not in train]
+    if missing:
+        raise UserError(f"demo examples {', '.join(missing)} not found in the task's train split; "
+                        f"is the data where the run found it?")
+    return [train[i] for i in spec.demo_ids]
+
+
+def export(run_dir: Path, to: str, out: Path) -> list[Path]:
+    """Write the winner of `run_dir` in format `to` under `out`; returns the files written."""
+    spec, config = load_winner(run_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out} is a file; name a folder (it is created if missing)")
+    demos = demo_examples(spec, config)
+    out.mkdir(parents=True, exist_ok=True)
+    if to == "text":
+        (out / "prompt.txt").write_text(as_text(template(spec, demos)) + "\n", encoding="utf-8")
+        return [out / "prompt.txt"]
+    if to == "json":
+        (out / "prompt.json").write_text(json.dumps(as_json(spec, demos, config, run_dir), indent=2,
+                                                    ensure_ascii=False), encoding="utf-8")
+        return [out / "prompt.json"]
+    return write_dspy(spec, demos, run_dir, out)

@@ -11,8 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from prompttune.commands.html.facts import FACTS, run_status
-from prompttune.commands.html.page import (
+from prompttune.comparing.plot import draw_anytime
+from prompttune.comparing.summary import t_interval
+from prompttune.core.errors import UserError
+from prompttune.core.interrupt import interruption
+from prompttune.core.storage import read_json
+from prompttune.objectives.stats import wilson_ci
+from prompttune.reports import ci_text
+from prompttune.reports.html.facts import FACTS, run_status
+from prompttune.reports.html.page import (
     Html,
     document,
     esc,
@@ -24,13 +31,7 @@ from prompttune.commands.html.page import (
     section,
     table,
 )
-from prompttune.commands.optimize_report import SERVER_COUNTS, SERVERS_NOTE, _ci, server_rows
-from prompttune.compare.plot import draw_anytime
-from prompttune.compare.summary import t_interval
-from prompttune.core.errors import UserError
-from prompttune.core.interrupt import interruption
-from prompttune.core.storage import read_json
-from prompttune.objectives.stats import wilson_ci
+from prompttune.reports.optimize_report import SERVER_COUNTS, SERVERS_NOTE, server_rows
 
 MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing
 DISCORDANT_SHOWN = 6
@@ -117,7 +118,7 @@ def _dimension_section(trials: list[dict], baseline_id: str) -> Html:
             low, high = t_interval(scores, (0.0, 1.0)) if len(scores) > 1 else (math.nan, math.nan)
             stats.append((float(np.mean(scores)), low, high, len(scores)))
             rows.append([name, _short(value, 70), len(scores), f"{stats[-1][0]:.3f}",
-                         "–" if math.isnan(low) else _ci((low, high))])
+                         "–" if math.isnan(low) else ci_text((low, high))])
         y = np.arange(len(values))
         means = np.array([m for m, *_ in stats])
         err = np.array([[m - lo, hi - m] if not math.isnan(lo) else [0, 0] for m, lo, hi, _ in stats]).T
@@ -182,7 +183,7 @@ def _test_section(records: list[dict], labels: list[str], who: dict[str, str]) -
             right = sum(pred[i] == k for i in idx)
             ci = wilson_ci(right, len(idx)) if idx else (math.nan, math.nan)
             bars.setdefault(name, []).append((right / len(idx) if idx else math.nan, *ci))
-            cells += [f"{right / len(idx):.3f}" if idx else "–", _ci(ci)]
+            cells += [f"{right / len(idx):.3f}" if idx else "–", ci_text(ci)]
         rows.append(cells)
     fig = figure(8.5, 3.6)
     ax = fig.subplots()
@@ -283,8 +284,8 @@ def _budget_section(facts: dict, config: dict) -> Html:
 def _verdict_section(facts: dict) -> Html:
     v, s = facts["verdict"], facts["search"]
     base = v["baseline_only"]
-    rows = [[rank, t["candidate_id"], f"{t['confirmation']['best_accuracy']:.3f}", _ci(t["confirmation"]["best_ci"]),
-             f"{t['confirmation']['gain']:+.3f} {_ci(t['confirmation']['gain_ci'])}",
+    rows = [[rank, t["candidate_id"], f"{t['confirmation']['best_accuracy']:.3f}", ci_text(t["confirmation"]["best_ci"]),
+             f"{t['confirmation']['gain']:+.3f} {ci_text(t['confirmation']['gain_ci'])}",
              f"{t['confirmation']['comparison']['b']} / {t['confirmation']['comparison']['c']}",
              f"{t['confirmation']['comparison']['p_one_sided']:.3g}", f"{t['p_adjusted']:.3g}",
              Html('<b class="ok">yes</b>' if t["confirmed"] else '<span class="bad">no</span>')]
@@ -296,7 +297,7 @@ def _verdict_section(facts: dict) -> Html:
         "Verdict",
         Html(f'<div class="verdict {"good" if v["shipped"] != v["baseline"] else "kept"}">'
              f"{esc(v['summary'][0].upper() + v['summary'][1:])}.</div>"),
-        para(f"Baseline test accuracy {base['baseline_accuracy']:.3f} {_ci(base['baseline_ci'])} (Wilson 95%) on "
+        para(f"Baseline test accuracy {base['baseline_accuracy']:.3f} {ci_text(base['baseline_ci'])} (Wilson 95%) on "
              f"{base['n']} held-out test examples the optimizer never saw. {dev}"),
         table(["dev rank", "candidate", "test accuracy", "95% CI (Wilson)", "gain [paired bootstrap 95% CI]",
                "b / c", "one-sided McNemar p", "Holm p", "confirmed"], rows, (0, 2, 6, 7))

@@ -19,12 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping
 
-from prompttune.compare.fairness import Check
+from prompttune.comparing.fairness import Check
 from prompttune.core.errors import UserError
 from prompttune.search_spaces import Dimension, PromptSpec, SearchSpace
 
 if TYPE_CHECKING:
-    from prompttune.compare.arms import ArmRun
+    from prompttune.comparing.arms import ArmRun
 
 MODES = {"same-space": "optimizer comparison on one space", "native": "tool comparison, native spaces"}
 

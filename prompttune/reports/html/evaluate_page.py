@@ -6,18 +6,19 @@ from pathlib import Path
 
 import numpy as np
 
-from prompttune.commands.evaluate_report import GAP_QUANTILES, POSIX_QUANTILES, SCORING_NOTES, _ci, _num, _p, _quantiles
-from prompttune.commands.html.page import Html, document, para, png_img, read_jsonl, section, table
 from prompttune.core.storage import read_json
 from prompttune.objectives.multiprompt import top_two_gap
+from prompttune.reports import ci_text
+from prompttune.reports.evaluate_report import GAP_QUANTILES, POSIX_QUANTILES, SCORING_NOTES, _num, _p, _quantiles
+from prompttune.reports.html.page import Html, document, para, png_img, read_jsonl, section, table
 
 
 def _prompt_rows(prompts: list[dict], scoring: str) -> list[list[object]]:
     rows = []
     for p in prompts:
         s = p["results"][scoring]
-        rows.append([p["index"] + 1, p["name"], f"{s['accuracy']:.3f}", _ci(s["accuracy_ci"]),
-                     f"{s['valid_rate']:.3f}", _num(s["valid_accuracy"]), _ci(s["valid_accuracy_ci"]),
+        rows.append([p["index"] + 1, p["name"], f"{s['accuracy']:.3f}", ci_text(s["accuracy_ci"]),
+                     f"{s['valid_rate']:.3f}", _num(s["valid_accuracy"]), ci_text(s["valid_accuracy_ci"]),
                      _num(s["macro_f1"]), _num(s["median_gap"])])
     return rows
 

@@ -10,7 +10,7 @@ from statistics import mean
 import numpy as np
 from scipy import stats
 
-from prompttune.compare.arms import ArmRun
+from prompttune.comparing.arms import ArmRun
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired_compare
 

@@ -10,10 +10,11 @@ from rich.table import Table
 
 from prompttune.core.storage import write_atomic
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
+from prompttune.reports import ci_text
 
 if TYPE_CHECKING:
-    from prompttune.commands.optimize import RunResult
     from prompttune.core.config import RunConfig
+    from prompttune.engine.results import RunResult
     from prompttune.search_spaces.space import Candidate, SearchSpace
     from prompttune.tasks.base import Task
 
@@ -33,8 +34,14 @@ def _noise_phrase(gain: float, bias: float) -> str:
     return "the dev gain exceeds that noise scale, but only the test split can confirm it"
 
 
-def _ci(ci: tuple[float, float]) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+def _looks_line(looks: int) -> str:
+    """How often this test split has decided (engine.verdicts), with a warning once it keeps deciding."""
+    if looks <= 1:
+        return "This is the first verdict recorded on this test split in the runs directory."
+    return (f"**This test split has now served {looks} verdicts in the runs directory (this one included).** "
+            f"Each run tested at α on the same split adds up to α to the family-wise error ({looks} looks: up to "
+            f"{looks}·α); draw a fresh test set with another `--split-seed` before the next decision.")
 
 
 def _tested_rows(result: "RunResult") -> list[str]:
@@ -44,8 +51,8 @@ def _tested_rows(result: "RunResult") -> list[str]:
             "| one-sided p | Holm p | confirmed |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for rank, t in enumerate(v.tested, 1):
         c = t.confirmation
-        rows.append(f"| {rank} | `{t.candidate.id}` | {c.best_accuracy:.3f} | {_ci(c.best_ci)} | {c.gain:+.3f} "
-                    f"{_ci(c.gain_ci)} | {c.comparison.b} / {c.comparison.c} | {c.comparison.p_one_sided:.3g} | "
+        rows.append(f"| {rank} | `{t.candidate.id}` | {c.best_accuracy:.3f} | {ci_text(c.best_ci)} | {c.gain:+.3f} "
+                    f"{ci_text(c.gain_ci)} | {c.comparison.b} / {c.comparison.c} | {c.comparison.p_one_sided:.3g} | "
                     f"{t.p_adjusted:.3g} | {'yes' if t.confirmed else 'no'} |")
     return rows
 
@@ -98,18 +105,22 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"test {len(task.splits['test'])}.",
         "",
         *([f"**Interrupted and resumable: a signal stopped the search after {o.n_trials} trials and "
-           f"{ledger.calls} of {ledger.cap_calls} calls. What follows is the held-out verdict of the best "
-           f"candidate so far; `optimize --resume {result.run_dir}` finishes the search and replaces this "
-           "report.**", ""] if o.interrupted else []),
-        f"**Verdict: {v.summary()}.**",
+           f"{ledger.calls} of {ledger.cap_calls} calls. What follows is the interim held-out verdict of the "
+           f"best candidate so far, tested at half the α the run had left; `optimize --resume {result.run_dir}` "
+           "finishes the search, tests at the rest and replaces this report.**", ""] if o.interrupted else []),
+        f"**{'Interim verdict' if o.interrupted else 'Verdict'}: {v.summary()}.**",
         "",
         f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "
-        f"McNemar test of the top {v.top_k} dev candidate(s) against the baseline at α = {v.alpha}"
-        f"{' (Holm over K)' if v.top_k > 1 else ''}. What ships is the confirmed prompt, else the baseline.",
+        f"McNemar test of the top {v.top_k} dev candidate(s) against the baseline at α = {v.alpha:.3g}"
+        f"{' (Holm over K)' if v.top_k > 1 else ''}"
+        f"{f' (of {config.alpha}: interim looks of this run spent the rest)' if v.alpha < config.alpha else ''}. "
+        "What ships is the confirmed prompt, else the baseline.",
+        "",
+        _looks_line(result.test_looks),
         "",
         "## Held-out test (never seen by the optimizer)",
         "",
-        f"Baseline test accuracy {base.baseline_accuracy:.3f} {_ci(base.baseline_ci)} (Wilson 95%) on {base.n} "
+        f"Baseline test accuracy {base.baseline_accuracy:.3f} {ci_text(base.baseline_ci)} (Wilson 95%) on {base.n} "
         "examples.",
         "",
         *(_tested_rows(result) if v.tested else ["The dev winner is the baseline: nothing to test."]),
@@ -168,9 +179,9 @@ def print_summary(result: "RunResult", console: Console) -> None:
     table.add_column("dev (selected)", justify="right")
     table.add_column("test accuracy", justify="right")
     table.add_column("95% CI", justify="right")
-    table.add_row("baseline", f"{o.baseline_dev_score:.3f}", f"{lead.baseline_accuracy:.3f}", _ci(lead.baseline_ci))
+    table.add_row("baseline", f"{o.baseline_dev_score:.3f}", f"{lead.baseline_accuracy:.3f}", ci_text(lead.baseline_ci))
     if v.tested:
-        table.add_row("dev winner", f"{o.leader_dev_score:.3f}", f"{lead.best_accuracy:.3f}", _ci(lead.best_ci))
+        table.add_row("dev winner", f"{o.leader_dev_score:.3f}", f"{lead.best_accuracy:.3f}", ci_text(lead.best_ci))
     console.print(table)
     if v.tested:
         console.print(f"test gain {lead.gain:+.3f}  b={lead.comparison.b} c={lead.comparison.c}  "

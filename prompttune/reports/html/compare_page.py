@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prompttune.commands.compare_report import HEADER, MARK, MODE_TEXT, SEED_HEADER, _ci, spend_cells
-from prompttune.commands.html.page import Html, document, esc, para, png_img, section, table
 from prompttune.core.storage import read_json
+from prompttune.reports import ci_text
+from prompttune.reports.compare_report import HEADER, MARK, MODE_TEXT, SEED_HEADER, spend_cells
+from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table
 
 
 def _scores(scores: dict) -> list[str]:
-    return [f"{scores['test_accuracy']:.3f}", _ci(scores["test_accuracy_ci"]), f"{scores['gain']:+.3f}",
-            _ci(scores["gain_ci"])]
+    return [f"{scores['test_accuracy']:.3f}", ci_text(scores["test_accuracy_ci"]), f"{scores['gain']:+.3f}",
+            ci_text(scores["gain_ci"])]
 
 
 def _arm_rows(summary: dict) -> list[list[object]]:
@@ -37,7 +38,7 @@ def _seed_rows(summary: dict, run_dir: Path) -> list[list[object]]:
                          run["search"]["prompt_tokens"] + run["search"]["completion_tokens"],
                          f"{run['served_by_model']['requests']} / {run['served_by_model']['tokens']}",
                          "yes" if run["stopped_by_budget"] else "no",
-                         f"{c['gain']:+.3f} {_ci(c['gain_ci'])}", f"{c['comparison']['b']} / {c['comparison']['c']}",
+                         f"{c['gain']:+.3f} {ci_text(c['gain_ci'])}", f"{c['comparison']['b']} / {c['comparison']['c']}",
                          f"{c['comparison']['p_two_sided']:.3g}", f"{p_bh:.3g}",
                          "–" if run["best_dev"] is None else f"{run['best_dev']:.3f}", f"{run['wall_seconds']:.0f}",
                          Html(f'<a href="{esc(local.as_posix())}/report.html">{esc(local.name)}</a>')])
@@ -45,7 +46,7 @@ def _seed_rows(summary: dict, run_dir: Path) -> list[list[object]]:
 
 
 def _seed_pair_rows(summary: dict) -> list[list[object]]:
-    return [[t["first"], t["second"], t["keep"], t["seeds"], f"{t['mean_diff']:+.3f}", _ci(t["diff_ci"]),
+    return [[t["first"], t["second"], t["keep"], t["seeds"], f"{t['mean_diff']:+.3f}", ci_text(t["diff_ci"]),
              f"{t['p']:.3g}", f"{t['p_bh']:.3g}"] for t in summary["seed_pairs"]]
 
 
@@ -66,7 +67,7 @@ def compare_page(run_dir: Path) -> str:
                 table(["optimizer", "searched", "held at the baseline", "options that hold it"],
                       _coverage_rows(summary))),
         section("Held-out test accuracy per optimizer",
-                para(f"Baseline prompt: {first['baseline_accuracy']:.3f} {_ci(first['baseline_ci'])} on {first['n']} "
+                para(f"Baseline prompt: {first['baseline_accuracy']:.3f} {ci_text(first['baseline_ci'])} on {first['n']} "
                      "test examples. Raw: the arm's own pick (the dev winner, or DSPy's best program); guarded: what "
                      "it ships after the verdict protocol (the raw pick if confirmed on test, else the baseline), "
                      "both from the calls its verdict made. p-values: exact McNemar of what each seed ships against "

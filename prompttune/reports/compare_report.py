@@ -11,13 +11,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prompttune.compare.arms import DSPY_ARMS, ArmRun
-from prompttune.compare.coverage import MODES
-from prompttune.compare.fairness import Cap, Spend, fingerprint
-from prompttune.compare.summary import KEEP_RULES, ArmSummary, Scores
+from prompttune.comparing.arms import DSPY_ARMS, ArmRun
+from prompttune.comparing.coverage import MODES
+from prompttune.comparing.fairness import Cap, Spend, fingerprint
+from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores
+from prompttune.reports import ci_text
 
 if TYPE_CHECKING:
-    from prompttune.commands.compare import Comparison
+    from prompttune.engine.comparison import Comparison
 
 MODE_TEXT = {
     "same-space": "every arm searched the one space below and only what it declares: the dimensions an arm "
@@ -29,16 +30,13 @@ MODE_TEXT = {
 }
 
 
-def _ci(ci: tuple[float, float]) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
-
 
 def _p_list(s: ArmSummary) -> str:
     return ", ".join(f"{r.confirmation.comparison.p_two_sided:.3g}→{p:.3g}" for r, p in zip(s.runs, s.p_bh))
 
 
 def _scores(scores: Scores) -> list[str]:
-    return [f"{scores.accuracy:.3f}", _ci(scores.accuracy_ci), f"{scores.gain:+.3f}", _ci(scores.gain_ci)]
+    return [f"{scores.accuracy:.3f}", ci_text(scores.accuracy_ci), f"{scores.gain:+.3f}", ci_text(scores.gain_ci)]
 
 
 MARK = {"ok": "✓", "failed": "✗ FAILED", "warning": "⚠ WARNING"}  # a check's status as the reports show it
@@ -140,7 +138,7 @@ def _seed_pair_section(c: "Comparison") -> list[str]:
              "| first | second | keep rule | seeds | mean difference | 95% CI | p | p (BH) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for t in c.seed_pairs:
-        lines.append(f"| {t.first} | {t.second} | {t.keep} | {t.seeds} | {t.mean_diff:+.3f} | {_ci(t.diff_ci)} | "
+        lines.append(f"| {t.first} | {t.second} | {t.keep} | {t.seeds} | {t.mean_diff:+.3f} | {ci_text(t.diff_ci)} | "
                      f"{t.p:.3g} | {t.p_bh:.3g} |")
     return lines + [""]
 
@@ -163,7 +161,7 @@ def write_report(comparison: "Comparison") -> None:
         "## Held-out test accuracy",
         "",
         f"Baseline prompt: {first.baseline_accuracy:.3f} on {first.n} test examples (Wilson 95% CI "
-        f"{_ci(first.baseline_ci)}). Every arm is shown under two keep rules, both from the calls its verdict "
+        f"{ci_text(first.baseline_ci)}). Every arm is shown under two keep rules, both from the calls its verdict "
         f"made: raw is {KEEP_RULES['raw']}; guarded is what it ships {KEEP_RULES['guarded']}. "
         f"95% intervals: {c.summaries[0].interval}; p-values are exact McNemar of what each seed ships against "
         f"the baseline on the same test examples, Benjamini–Hochberg-corrected across arms within each seed. "

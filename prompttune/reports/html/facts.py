@@ -11,7 +11,7 @@ from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
 
 if TYPE_CHECKING:
-    from prompttune.commands.optimize import RunResult
+    from prompttune.engine.results import RunResult
     from prompttune.tasks.base import Task
 
 FACTS = "verdict.json"
@@ -35,7 +35,8 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
     facts = {
         "task": task.name, "labels": task.labels,
         "splits": {name: len(split) for name, split in task.splits.items()},
-        "verdict": {"summary": v.summary(), "alpha": v.alpha, "top_k": v.top_k, "baseline": v.baseline.id,
+        "verdict": {"summary": v.summary(), "interim": o.interrupted, "alpha": v.alpha, "top_k": v.top_k,
+                    "test_split_verdicts": result.test_looks, "baseline": v.baseline.id,
                     "dev_winner": v.dev_winner.id, "shipped": v.shipped.id,
                     "baseline_only": v.baseline_only.to_dict(),
                     "tested": [{"candidate_id": t.candidate.id, "confirmation": t.confirmation.to_dict(),

@@ -16,9 +16,10 @@ from rich.console import Console
 from rich.table import Table
 
 from prompttune.objectives.multiprompt import sensitivity_quantiles
+from prompttune.reports import ci_text
 
 if TYPE_CHECKING:
-    from prompttune.commands.evaluate import EvaluationResult, SettingResult
+    from prompttune.engine.evaluation import EvaluationResult, SettingResult
 
 GAP_QUANTILES = (0.01, 0.1, 0.5)  # small gaps are the fragile answers
 POSIX_QUANTILES = (0.5, 0.9, 0.99)  # large POSIX values are the sensitive examples
@@ -36,9 +37,6 @@ def _num(x: float | None, digits: int = 3) -> str:
 def _p(p: float) -> str:
     return "n/a" if math.isnan(p) else f"{p:.3g}"
 
-
-def _ci(ci: tuple[float, float]) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def _quantiles(values: Iterable[float], qs: tuple[float, ...]) -> str:
@@ -80,8 +78,8 @@ def _setting_section(result: "EvaluationResult", setting: "SettingResult") -> li
              "| 95% CI | macro-F1 | median top-two gap |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for i, (prompt, sc) in enumerate(zip(result.prompts, setting.scores), start=1):
-        lines.append(f"| {i} | {prompt.name} | {sc.accuracy:.3f} | {_ci(sc.accuracy_ci)} | {sc.valid_rate:.3f} "
-                     f"| {_ci(sc.valid_ci)} | {_num(sc.valid_accuracy)} | {_ci(sc.valid_accuracy_ci)} "
+        lines.append(f"| {i} | {prompt.name} | {sc.accuracy:.3f} | {ci_text(sc.accuracy_ci)} | {sc.valid_rate:.3f} "
+                     f"| {ci_text(sc.valid_ci)} | {_num(sc.valid_accuracy)} | {ci_text(sc.valid_accuracy_ci)} "
                      f"| {_num(sc.macro_f1)} | {_num(sc.median_gap)} |")
     lines += ["", f"Across prompts: spread (max − min) **{s.spread:.3f}**; MaxP {s.max_p:.3f}; "
               f"AvgP {s.avg_p:.3f}; CPS {s.cps:.3f}; std {_num(s.std)}; Kendall's W {_num(s.kendall_w)}; "
@@ -119,7 +117,7 @@ def _ensemble_section(result: "EvaluationResult") -> list[str]:
              "| --- | --- | --- | --- | --- | --- |"]
     for g, ens in enumerate(result.ensembles, start=1):
         members = ", ".join(result.prompts[i].name for i in ens.members)
-        lines.append(f"| E{g} | {members} | {ens.score.accuracy:.3f} | {_ci(ens.score.accuracy_ci)} | "
+        lines.append(f"| E{g} | {members} | {ens.score.accuracy:.3f} | {ci_text(ens.score.accuracy_ci)} | "
                      f"{np.mean(ens.member_accuracies):.3f} | {max(ens.member_accuracies):.3f} |")
     accs = [e.score.accuracy for e in result.ensembles]
     spread = f"Spread over ensembles {max(accs) - min(accs):.3f}"
@@ -218,7 +216,7 @@ def print_summary(result: "EvaluationResult", console: Console) -> None:
         table.add_column(f"{setting.scoring} accuracy [95% CI]", justify="right", no_wrap=True)
     for i, prompt in enumerate(result.prompts):
         table.add_row(str(i + 1), prompt.name,
-                      *(f"{s.scores[i].accuracy:.3f} {_ci(s.scores[i].accuracy_ci)}" for s in result.settings))
+                      *(f"{s.scores[i].accuracy:.3f} {ci_text(s.scores[i].accuracy_ci)}" for s in result.settings))
     console.print(table)
     for s in result.settings:
         m = s.summary

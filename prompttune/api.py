@@ -1,0 +1,121 @@
+"""The Python API: what the CLI does, callable from a notebook.
+
+Tasks can be built-in names, task files or `Task` objects (`Task.from_records(...)` for lists of
+dicts or a DataFrame); spaces files or `SearchSpace` objects; objectives names or callables
+`(gold, pred, n_classes) -> float`; the model a `Backend` object or the settings that build one
+(`model=`, `backend=`, `dtype=`, ...: every `RunConfig` field is a keyword). Calls print nothing
+and leave signal handlers alone unless `progress=True`.
+
+>>> import prompttune
+>>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+>>> task = demo_task()  # a synthetic task and an oracle "model" with known answers: a test device
+>>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+>>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, record=False)
+>>> result.verdict.confirmed is not None, result.shipped.render({"text": "a red item"}).splitlines()[-1]
+(True, 'Label:')
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+from prompttune.backends.base import Backend
+from prompttune.core.config import RunConfig
+from prompttune.engine.comparison import Comparison, run_compare
+from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_evaluation
+from prompttune.engine.results import RunResult
+from prompttune.engine.study import resume_study, run_study
+from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
+from prompttune.objectives import Objective
+from prompttune.search_spaces import SearchSpace
+from prompttune.tasks.base import Task
+
+IN_MEMORY = "(in memory)"
+
+
+def _task_settings(task: str | Path | Task, settings: dict[str, Any]) -> tuple[Task | None, dict[str, Any]]:
+    """The config fields a task implies: its name or path, and for a Task object the sizes it has."""
+    if isinstance(task, Task):
+        sizes = {f"{split}_size": len(task.splits[split]) for split in ("train", "dev", "test")}
+        return task, {**sizes, **settings, "task": task.name}
+    return None, {**settings, "task": str(task)}
+
+
+def _space_settings(space: str | Path | SearchSpace | None, settings: dict[str, Any]
+                    ) -> tuple[SearchSpace | None, dict[str, Any]]:
+    if isinstance(space, SearchSpace):
+        return space, settings
+    return None, {**settings, "space": None if space is None else str(space)}
+
+
+def _objective_settings(objective: str | Objective, settings: dict[str, Any]
+                        ) -> tuple[Objective | None, dict[str, Any]]:
+    if isinstance(objective, str):
+        return None, {**settings, "objective": objective}
+    return objective, {**settings, "objective": f"custom:{getattr(objective, '__name__', 'callable')}"}
+
+
+def optimize(task: str | Path | Task = "agnews", *, optimizer: str = "sh", budget: int = 2000,
+             space: str | Path | SearchSpace | None = None, objective: str | Objective = "accuracy",
+             backend: Backend | None = None, options: dict[str, Any] | None = None, record: bool = True,
+             progress: bool = False, **settings: Any) -> RunResult:
+    """Search `space` with `optimizer` under `budget` model calls, then let the held-out test split
+    decide what ships. Returns the `RunResult`: `.verdict`, `.shipped` (`.render(example)` gives the
+    exact text the model sees), `.dev_winner`, `.ledger`, `.to_dspy()`, `.save(path)`.
+
+    `record=False` writes no run directory. Any other `RunConfig` field is a keyword (`seed`,
+    `split_seed`, `dev_size`, `model`, `dtype`, `alpha`, `runs_dir`, ...)."""
+    task_object, fields = _task_settings(task, settings)
+    space_object, fields = _space_settings(space, fields)
+    objective_fn, fields = _objective_settings(objective, fields)
+    config = RunConfig(optimizer=optimizer, budget=budget, optimizer_options=options or {}, **fields)
+    return run_study(config, task=task_object, space=space_object, objective=objective_fn, backend=backend,
+                     progress=progress, handle_signals=progress, record=record)
+
+
+def resume(run_dir: str | Path, *, task: Task | None = None, space: SearchSpace | None = None,
+           objective: Objective | None = None, backend: Backend | None = None, progress: bool = False) -> RunResult:
+    """Finish an interrupted run (pass again the in-memory task, space or objective it ran on)."""
+    return resume_study(Path(run_dir), task=task, space=space, objective=objective, backend=backend,
+                        progress=progress, handle_signals=progress)
+
+
+def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequence[str] | None = None,
+             sample: int | None = None, space: str | Path | SearchSpace | None = None,
+             backend: Backend | None = None, progress: bool = False, **settings: Any) -> EvaluationResult:
+    """Score a set of intent-equivalent prompts (a prompts file, a list of templates with `{field}`
+    placeholders, or `sample` candidates of a space) on one split, and measure how much the wording
+    alone matters. Any other `EvaluateConfig` field is a keyword (`split`, `scoring`, `calibrate`, ...)."""
+    task_object, fields = _task_settings(task, settings)
+    given = None
+    if isinstance(space, SearchSpace) or (prompts is not None and not isinstance(prompts, (str, Path))):
+        loaded = task_object or _load_task(fields)
+        task_object = loaded
+        if isinstance(space, SearchSpace):
+            given = sample_space(space.bind(loaded.splits["train"]), sample or 0, fields.get("seed", 0))
+        else:
+            given = parse_prompts(list(prompts or []), loaded)
+        fields["prompts"] = IN_MEMORY
+    else:
+        fields.update(prompts=None if prompts is None else str(prompts), sample=sample,
+                      space=None if space is None else str(space))
+    config = EvaluateConfig(**fields)
+    return run_evaluation(config, backend=backend, progress=progress, task=task_object, prompts=given)
+
+
+def _load_task(fields: dict[str, Any]) -> Task:
+    from prompttune.engine.evaluation import load_evaluation_task
+
+    return load_evaluation_task(EvaluateConfig(**{**fields, "prompts": IN_MEMORY}))
+
+
+def compare(task: str | Path = "agnews", *, optimizers: Sequence[str] = ("random", "sh"), seeds: int = 5,
+            budget: int = 2000, mode: Literal["same-space", "native"] = "same-space",
+            options: dict[str, dict[str, Any]] | None = None, backend: Backend | None = None,
+            progress: bool = False, **settings: Any) -> Comparison:
+    """Run every optimizer (prompttune's and DSPy's `dspy-*` arms) at `seeds` seeds under the same
+    cap, model and splits, and compare their held-out results with the checks that keep it fair."""
+    config = RunConfig(task=str(task), budget=budget, **settings)
+    return run_compare(config, list(optimizers), list(range(config.seed, config.seed + seeds)), options or {},
+                       backend=backend, mode=mode, progress=progress)

@@ -1,0 +1,283 @@
+"""Evaluation runs (`evaluate`): score a set of intent-equivalent prompts on held-out data and measure how much
+the wording alone matters (spread, CPS, rank agreement, POSIX), under one budget ledger.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Literal
+
+import numpy as np
+from pydantic import Field
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from prompttune.backends.base import Backend
+from prompttune.backends.factory import build_backend
+from prompttune.core.config import BackendConfig, RunConfig
+from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.types import Record
+from prompttune.engine.setup import check_paths, make_run_dir
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
+from prompttune.evaluation.prompt_sources import NamedPrompt, load_prompts_file, sample_space
+from prompttune.evaluation.sensitivity import PosixResult, measure_posix
+from prompttune.objectives.metrics import macro_f1
+from prompttune.objectives.multiprompt import (
+    PromptSetSummary,
+    rank_agreement,
+    summarize_prompt_set,
+    top_k_iou,
+    top_two_gap,
+)
+from prompttune.objectives.stats import wilson_ci
+from prompttune.reports.evaluate_report import print_summary, write_outputs
+from prompttune.reports.html_report import write_html_report
+from prompttune.search_spaces import default_space
+from prompttune.search_spaces.loader import load_space_file
+from prompttune.tasks import SplitSizes, Task, load_task
+
+SINGLE_PROMPT_SCORINGS = ("logit", "generate", "calibrated")
+
+
+class EvaluateConfig(BackendConfig):
+    """Everything `evaluate` was asked to do (saved verbatim to config.json)."""
+
+    task: str = "agnews"
+    data_dir: str | None = None
+    prompts: str | None = Field(None, description="prompts file: a YAML/JSON list of templates")
+    space: str | None = Field(None, description="space file for --sample; default: the built-in space")
+    sample: int | None = Field(None, gt=0, description="evaluate N distinct candidates of the space")
+    split: Literal["dev", "test"] = "test"
+    scoring: str = "logit"
+    calibrate: bool = Field(False, description="also score with contextual calibration and compare")
+    ensemble: int | None = Field(None, ge=2, description="template ensembles of K prompts")
+    posix: bool = False
+    posix_size: int = Field(10, gt=0, description="examples used for POSIX (N² scored responses each)")
+    top_k: int = Field(3, gt=0, description="k of the top-k IoU between settings")
+    budget: int | None = Field(None, gt=0, description="optional hard cap on model calls")
+    max_new_tokens: int = Field(16, gt=0, description="generation length (generate scoring, POSIX)")
+    seed: int = Field(0, description="sampling seed (--sample, ensembles)")
+    split_seed: int = Field(0, description="seed of the train/dev/test draw, as in optimize")
+    train_size: int = Field(1000, gt=0)
+    dev_size: int = Field(300, gt=0)
+    test_size: int = Field(1000, gt=0)
+    runs_dir: str = "runs"
+    cache: str | None = None
+
+    def run_config(self) -> RunConfig:
+        """The settings shared with `optimize` (model, run directory naming)."""
+        backend = {name: getattr(self, name) for name in BackendConfig.model_fields}
+        return RunConfig(task=self.task, optimizer="evaluate", seed=self.seed, split_seed=self.split_seed,
+                         runs_dir=self.runs_dir, **backend)
+
+    def settings(self) -> list[str]:
+        """The scorings compared: `scoring`, plus calibrated (or raw logit) with --calibrate."""
+        if self.scoring not in SINGLE_PROMPT_SCORINGS:
+            hint = "; use --ensemble K for template ensembles" if self.scoring == "ensemble" else ""
+            raise UserError(f"unknown scoring {self.scoring!r}; choose from "
+                            f"{', '.join(SINGLE_PROMPT_SCORINGS)}{hint}")
+        if not self.calibrate:
+            return [self.scoring]
+        return [self.scoring, "calibrated" if self.scoring != "calibrated" else "logit"]
+
+
+@dataclass(frozen=True)
+class PromptScore:
+    """One prompt under one setting: accuracy, valid rate v, accuracy among valid a, all with Wilson CIs."""
+
+    accuracy: float
+    accuracy_ci: tuple[float, float]
+    valid_rate: float
+    valid_ci: tuple[float, float]
+    valid_accuracy: float
+    valid_accuracy_ci: tuple[float, float]
+    macro_f1: float
+    median_gap: float | None  # top-two label log-prob gap; None without label scores
+
+
+def score_prompt(records: list[Record], n_classes: int) -> PromptScore:
+    n = len(records)
+    correct = sum(r.correct for r in records)
+    valid = sum(r.valid for r in records)
+    scores = [r.label_logprobs for r in records]
+    gap = (float(np.median(top_two_gap(np.array(scores)))) if all(s is not None for s in scores)
+           else None)
+    return PromptScore(correct / n, wilson_ci(correct, n), valid / n, wilson_ci(valid, n),
+                       correct / valid if valid else float("nan"), wilson_ci(correct, valid),
+                       macro_f1([r.gold for r in records], [r.pred for r in records], n_classes), gap)
+
+
+@dataclass
+class SettingResult:
+    """All prompts under one scoring: records [prompt][example], per-prompt scores, set summary."""
+
+    scoring: str
+    records: list[list[Record]]
+    scores: list[PromptScore]
+    summary: PromptSetSummary
+
+    def gaps(self) -> np.ndarray | None:
+        """Top-two gaps of every (prompt, example), or None when the setting has no label scores."""
+        if any(r.label_logprobs is None for rows in self.records for r in rows):
+            return None
+        return np.concatenate([top_two_gap(np.array([r.label_logprobs for r in rows]))
+                               for rows in self.records])
+
+
+@dataclass(frozen=True)
+class EnsembleResult:
+    members: tuple[int, ...]  # prompt indices
+    score: PromptScore
+    member_accuracies: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Would the two settings pick the same prompts? Top-k overlap and rank correlation."""
+
+    a: str
+    b: str
+    k: int
+    iou: float
+    spearman: float
+
+
+@dataclass
+class EvaluationResult:
+    run_dir: Path
+    config: EvaluateConfig
+    task: Task
+    prompts: list[NamedPrompt]
+    example_ids: list[str]
+    settings: list[SettingResult]
+    comparison: Comparison | None
+    ensembles: list[EnsembleResult] | None
+    ensemble_base: str | None
+    posix: PosixResult | None
+    ledger: BudgetLedger
+    model_id: str
+    wall_seconds: float
+
+
+def load_evaluation_task(config: EvaluateConfig) -> Task:
+    """The task with the configured split sizes and split seed (the same draw as `optimize`'s)."""
+    return load_task(config.task, config.data_dir, SplitSizes(config.train_size, config.dev_size, config.test_size),
+                     config.split_seed)
+
+
+def load_prompts(config: EvaluateConfig, task: Task, given: list[NamedPrompt] | None = None) -> list[NamedPrompt]:
+    """Exactly one source: prompts given in Python, a prompts file, or N candidates sampled from a space."""
+    if given is not None:
+        prompts = given
+    elif (config.prompts is None) == (config.sample is None):
+        raise UserError("give either --prompts FILE or --sample N (from --space FILE or the built-in space)")
+    elif config.prompts is not None:
+        if config.space is not None:
+            raise UserError("--space goes with --sample N, not with --prompts")
+        prompts = load_prompts_file(config.prompts, task)
+    else:
+        if config.space is None:
+            space = default_space(task).bind(task.splits["train"])
+        else:
+            space = load_space_file(config.space, task)
+        prompts = sample_space(space, config.sample or 0, config.seed)
+    if len(prompts) < 2:
+        raise UserError(f"evaluate compares prompts: got {len(prompts)}, need at least 2")
+    if config.ensemble is not None and config.ensemble > len(prompts):
+        raise UserError(f"--ensemble {config.ensemble} is larger than the {len(prompts)} prompts")
+    return prompts
+
+
+def _tracked(progress: Progress, description: str, prompts: list[NamedPrompt]) -> Iterator[NamedPrompt]:
+    bar = progress.add_task(description, total=len(prompts))
+    for prompt in prompts:
+        yield prompt
+        progress.advance(bar)
+
+
+def _evaluate_setting(evaluator: Evaluator, scoring: str, prompts: list[NamedPrompt], ids: list[str],
+                      n_classes: int, progress: Progress) -> SettingResult:
+    predictor = make_predictor(scoring, evaluator)
+    predictor.prefetch([p.spec for p in prompts])
+    records = [predictor.predict(p.spec, ids)
+               for p in _tracked(progress, f"{scoring} · {len(ids)} examples", prompts)]
+    correct = np.array([[r.correct for r in rows] for rows in records], dtype=float)
+    return SettingResult(scoring, records, [score_prompt(rows, n_classes) for rows in records],
+                         summarize_prompt_set(correct))
+
+
+def _ensembles(evaluator: Evaluator, base: Literal["logit", "calibrated"], prompts: list[NamedPrompt],
+               k: int, ids: list[str], n_classes: int, seed: int) -> list[EnsembleResult]:
+    """Disjoint ensembles of k prompts (seeded shuffle); members' records come from the cache."""
+    order = np.random.default_rng(seed).permutation(len(prompts))
+    predictor = EnsemblePredictor(evaluator, base=base)
+    results = []
+    for g in range(len(prompts) // k):
+        members = tuple(int(i) for i in sorted(order[g * k:(g + 1) * k]))
+        records = predictor.predict([prompts[i].spec for i in members], ids)
+        member_acc = tuple(float(np.mean([r.correct for r in predictor.base.predict(prompts[i].spec, ids)]))
+                           for i in members)
+        results.append(EnsembleResult(members, score_prompt(records, n_classes), member_acc))
+    return results
+
+
+def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, console: Console | None = None,
+                   progress: bool = False, task: Task | None = None,
+                   prompts: list[NamedPrompt] | None = None) -> EvaluationResult:
+    """Score every prompt under every setting, then ensembles and POSIX; write the run directory.
+    `task` replaces the task `config` names (in-memory data), `prompts` its prompt source (templates
+    given in Python); `progress` shows bars and the summary."""
+    started = time.time()
+    console = console or Console(stderr=True, quiet=not progress)
+    settings = config.settings()
+    task = task or load_evaluation_task(config)
+    prompts = load_prompts(config, task, prompts)
+    check_paths(config.runs_dir, config.cache)
+    backend = backend or build_backend(config.run_config())
+    run_dir = make_run_dir(config.run_config(), task.name)
+    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    cache = ResultCache(config.cache or run_dir / "cache.sqlite")
+    ledger = BudgetLedger(cap_calls=config.budget)
+    examples = task.splits[config.split]
+    ids = [ex.id for ex in examples]
+    evaluator = Evaluator(backend, {ex.id: ex for ex in examples}, {ex.id: ex for ex in task.splits["train"]},
+                          cache, ledger, scoring=settings[0], max_new_tokens=config.max_new_tokens)
+    n_classes = len(task.labels)
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeRemainingColumn(), console=console, disable=not progress) as bars:
+            results = [_evaluate_setting(evaluator, scoring, prompts, ids, n_classes, bars)
+                       for scoring in settings]
+        base: Literal["logit", "calibrated"] = "calibrated" if "calibrated" in settings else "logit"
+        ensembles = (None if config.ensemble is None else
+                     _ensembles(evaluator, base, prompts, config.ensemble, ids, n_classes, config.seed))
+        posix = None
+        if config.posix:
+            posix_ids = ids[:config.posix_size]
+            console.print(f"POSIX: {len(prompts)} prompts × {len(posix_ids)} examples, every greedy "
+                          f"response re-scored under every prompt…")
+            posix = measure_posix(evaluator, [p.spec for p in prompts], posix_ids)
+    except BudgetExhausted as exc:
+        raise UserError(f"budget exhausted after {ledger.calls} calls ({exc}); raise --budget or lower "
+                        f"--test-size/--posix-size (--cache FILE reuses outputs on a rerun)") from None
+    finally:
+        cache.close()
+    comparison = None
+    if len(results) == 2:
+        a, b = ([s.accuracy for s in r.scores] for r in results)
+        k = min(config.top_k, len(prompts))
+        comparison = Comparison(results[0].scoring, results[1].scoring, k, top_k_iou(a, b, k),
+                                rank_agreement(a, b))
+    result = EvaluationResult(run_dir, config, task, prompts, ids, results, comparison, ensembles,
+                              base if ensembles is not None else None, posix, ledger, backend.model_id,
+                              time.time() - started)
+    write_outputs(result)
+    write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
+    if progress:
+        print_summary(result, console)
+    return result

@@ -1,0 +1,137 @@
+"""The set-up every run shares, checked before any model loads: task, space, optimizer, paths, run directory."""
+
+from __future__ import annotations
+
+import tempfile
+from contextvars import ContextVar
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from prompttune.backends.base import Backend
+from prompttune.backends.factory import build_backend, check_backend
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.objectives import Objective
+from prompttune.objectives.stats import AcceptRule
+from prompttune.optimizers import SearchContext
+from prompttune.search_spaces import SearchSpace, default_space
+from prompttune.tasks import SplitSizes, Task, load_task
+
+RUN_DIR: ContextVar[Path | None] = ContextVar("run_dir", default=None)
+"""The run directory the command is writing (the newest, when it makes several): where the CLI leaves the
+traceback of a crash."""
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def proposer_config(config: RunConfig) -> RunConfig:
+    return config.model_copy(update={"model": config.proposer_model})
+
+
+def build_proposer_backend(config: RunConfig) -> Backend:
+    return build_backend(proposer_config(config))
+
+
+def check_proposer_backend(config: RunConfig) -> None:
+    """A bad --proposer-model fails before the task model spends its load time."""
+    if config.proposer_model:
+        check_backend(proposer_config(config))
+
+
+def load_run_task(config: RunConfig) -> Task:
+    """The task with the run's split sizes and split seed: the same splits for every reader."""
+    return load_task(config.task, config.data_dir,
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+
+
+def require_dev_budget(config: RunConfig, task: Task) -> None:
+    """A search must afford at least one full dev evaluation."""
+    if config.budget < len(task.splits["dev"]):
+        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
+                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+
+
+def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:
+    """What the run's optimizer may see: the space bound to train, train and dev ids (never test),
+    the objective (a callable replaces the named one)."""
+    train = task.splits["train"]
+    return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in task.splits["dev"]],
+                         len(task.labels), objective or config.objective, config.seed, config.budget,
+                         dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha))
+
+
+def load_space(config: RunConfig, task: Task) -> SearchSpace:
+    if config.space is None:
+        return default_space(task)
+    from prompttune.search_spaces.loader import load_space_file
+
+    return load_space_file(config.space, task)
+
+
+def check_paths(runs_dir: str, cache: str | None) -> None:
+    """The cache file and the runs folder must be usable before any model loads or run directory appears."""
+    if cache:
+        path = Path(cache)
+        if path.is_dir():
+            raise UserError(f"--cache {cache} is a directory; name a file (it is created if missing)")
+        if not path.parent.exists():
+            raise UserError(f"--cache {cache}: the folder {path.parent} does not exist")
+        if not path.parent.is_dir():
+            raise UserError(f"--cache {cache}: {path.parent} is not a folder")
+        if path.is_file() and path.stat().st_size:
+            with open(path, "rb") as f:
+                if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                    raise UserError(f"--cache {cache} is not an SQLite database (a cache written by prompttune)")
+        _check_writable("--cache", cache, path.parent)
+    runs = Path(runs_dir)
+    if runs.exists() and not runs.is_dir():
+        raise UserError(f"--runs-dir {runs} is a file, not a folder")
+    existing = next((p for p in (runs, *runs.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise UserError(f"--runs-dir {runs}: {existing} is not a folder")
+    _check_writable("--runs-dir", runs_dir, existing)
+
+
+def _check_writable(option: str, value: str, folder: Path) -> None:
+    """Create and remove a file in `folder`: the only test that holds for root, read-only mounts and /proc alike."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UserError(f"{option} {value}: cannot write in {folder} ({exc.strerror or exc})") from None
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The config.json of an optimize run directory; anything missing or broken is one line naming it."""
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a run directory (not a folder)")
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory: config.json missing")
+    try:
+        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "top level"
+        raise UserError(f"{path}: {where}: {err['msg']} (not the config of an optimize run?)") from None
+
+
+def make_run_dir(config: RunConfig, task_name: str) -> Path:
+    return new_run_dir(config.runs_dir, f"{task_name}-{config.optimizer}-s{config.seed}")
+
+
+def new_run_dir(runs_dir: str, label: str) -> Path:
+    """`runs_dir/<UTC timestamp>-<label>`, suffixed when two runs start in the same second."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = Path(runs_dir) / f"{stamp}-{label}"
+    suffix = 1
+    while path.exists():
+        path = path.with_name(f"{path.name}-{suffix}")
+        suffix += 1
+    path.mkdir(parents=True)
+    RUN_DIR.set(path)
+    return path
+
+

@@ -1,0 +1,281 @@
+"""The run engine: one search and its held-out verdict, written to a run directory.
+
+Every command and the Python API run searches here: `optimize`, each `compare` arm (prompttune's
+and DSPy's strategies alike), resume, the test suite's oracle runs and the error-rate benchmark.
+Data flows one way: task → space → strategy ⇄ evaluator (backend + cache view + ledger) → verdict
+on the test split the strategy never saw → run record.
+
+A library call prints nothing and leaves signals alone; `progress=True` shows a progress bar and
+the summary, and `handle_signals=True` (the CLI) turns a first SIGINT/SIGTERM into "stop after the
+trial in flight, test the best so far, write the report marked interrupted".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import ExitStack, closing, nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from prompttune.backends.base import Backend
+from prompttune.backends.factory import build_backend
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import BackendUnavailable, UserError
+from prompttune.core.interrupt import (
+    RunInterrupted,
+    StopRequest,
+    clear_interruption,
+    interruption,
+    mark_interrupted,
+    stop_on_signals,
+)
+from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
+from prompttune.engine.results import Resumption, RunResult
+from prompttune.engine.setup import (
+    RUN_DIR,
+    build_proposer_backend,
+    check_paths,
+    check_proposer_backend,
+    load_run_task,
+    load_space,
+    make_run_dir,
+    read_run_config,
+    require_dev_budget,
+    search_context,
+)
+from prompttune.engine.strategies import Setting, plan_strategy
+from prompttune.engine.verdicts import look_alpha, new_look, record_look, spent_alpha
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.confirmation import held_out_verdict
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.objectives import Objective, get_objective
+from prompttune.optimizers.proposer import Proposer
+from prompttune.reports.html.facts import run_status, write_run_facts
+from prompttune.reports.html_report import write_html_report
+from prompttune.reports.optimize_report import describe_change, print_summary, write_report
+from prompttune.search_spaces import Candidate, SearchSpace
+from prompttune.tasks.base import Task
+
+CacheView = Callable[[BudgetLedger], ResultCache | MeteredCache]
+
+
+def _server_counts(backend: Backend, at_start: dict[str, dict[str, int]],
+                   earlier: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per-server counts of this run: this session's (the backend may have served other runs before)
+    plus those of the sessions an outage or a signal stopped."""
+    return {url: {name: value - at_start.get(url, {}).get(name, 0) + earlier.get(url, {}).get(name, 0)
+                  for name, value in counts.items()}
+            for url, counts in backend.server_counts().items()}
+
+
+def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSpace, baseline: Candidate,
+                 text: str, **facts: object) -> None:
+    """`name`.json (spec, dimensions, diff) and `name`.txt (the prompt as the model sees it)."""
+    write_atomic(run_dir / f"{name}.json", json.dumps({
+        "candidate_id": candidate.id,
+        **facts,
+        "dimensions": candidate.values(space),
+        "spec": asdict(candidate.spec),
+        "diff_from_baseline": describe_change(space, baseline, candidate),
+    }, indent=2, ensure_ascii=False))
+    write_atomic(run_dir / f"{name}.txt", text + "\n")
+
+
+class _NoSignals(StopRequest):
+    """A library call's stop request: nothing ever asks the search to stop."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+
+
+def _progress(console: Console, shown: bool) -> Progress | nullcontext:
+    if not shown:
+        return nullcontext()
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
+                    console=console, transient=False)
+
+
+def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace | None = None,
+              objective: Objective | None = None, backend: Backend | None = None,
+              console: Console | None = None, progress: bool = False, handle_signals: bool = False,
+              cache_view: CacheView | None = None, resume_dir: Path | None = None,
+              record: bool = True) -> RunResult:
+    """One search and its held-out verdict.
+
+    `task` and `space` default to what `config` names (files or built-ins); pass objects to run on
+    in-memory data or a space built in Python. `objective` is a callable `(gold, pred, n_classes) ->
+    float` that replaces the named `config.objective`. `record=False` writes no run directory (an
+    in-memory trial log and cache: the oracle benchmarks run thousands of searches).
+
+    `cache_view(ledger)` lets compare give each ledger its own metered view of its shared cache.
+    Otherwise a private run-directory cache is used as is, while a `--cache` shared with other
+    runs, and the cache an interrupted run filled (`resume_dir`), are seen through `MeteredCache`:
+    a hit on an entry this run has not produced is charged like the call it replaces.
+    """
+    started = time.time()
+    console = console or Console(stderr=True, quiet=not progress)
+    task = task or load_run_task(config)
+    space = space or load_space(config, task)
+    if objective is None:
+        get_objective(config.objective)
+    if record:
+        check_paths(config.runs_dir, config.cache)
+    require_dev_budget(config, task)
+    visible = task.without_test()
+    context = search_context(config, visible, space, objective)
+    build_strategy = plan_strategy(config, context)
+    check_proposer_backend(config)
+    # Backends, signal handlers and cache are released however the run ends: finished, stopped by a
+    # signal or an outage, or failed.
+    with ExitStack() as resources:
+        backend = backend or resources.enter_context(closing(build_backend(config)))
+        proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
+                            if config.proposer_model else backend)
+        counts_at_start = backend.server_counts()
+        console.print(backend.describe())
+        run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
+        stop = (resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}")) if handle_signals
+                else _NoSignals())
+        if run_dir:
+            write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
+        trials_before = set_aside_trials(run_dir) if resume_dir else None
+        earlier = interruption(resume_dir) if resume_dir else {}
+
+        def servers() -> dict[str, dict[str, int]]:
+            return _server_counts(backend, counts_at_start, earlier.get("servers", {}))
+
+        if cache_view is None:
+            cache = resources.enter_context(closing(ResultCache(
+                config.cache or (run_dir / "cache.sqlite" if run_dir else ":memory:"))))
+            metered = bool(config.cache or resume_dir)
+
+            def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
+                return MeteredCache(cache) if metered else cache
+
+        train = {ex.id: ex for ex in visible.splits["train"]}
+        seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
+        search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
+        evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
+                              scoring=config.scoring)
+        strategy = build_strategy(Setting(config, context, visible, evaluator,
+                                          Proposer(proposer_backend, evaluator.meter), run_dir))
+        storage: TrialStorage = JsonlStorage(run_dir / "trials.jsonl") if run_dir else InMemoryStorage()
+        baseline = strategy.baseline
+        test = task.splits["test"]
+        test_ids = [ex.id for ex in test]
+        try:
+            with _progress(console, progress) as bar_view:
+                on_trial = _trial_watch(config, bar_view, search_ledger, len(test), console, task.name)
+                with stop.during_search():
+                    outcome = strategy.search(storage, on_trial, stop if handle_signals else None)
+            interim = outcome.interrupted
+            alpha = look_alpha(config.alpha, spent_alpha(run_dir) if run_dir else 0.0, interim)
+            confirm_ledger = BudgetLedger()
+            test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
+                                       confirm_ledger, scoring=config.scoring)
+            so_far = " (of the best candidate so far: the search was interrupted)" if interim else ""
+            console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
+            verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, test_ids, alpha,
+                                       config.confirm_top, config.seed)
+        except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
+            if run_dir:
+                mark_interrupted(run_dir, str(exc), servers())
+                exc.run_dir = run_dir
+            raise
+        except RunInterrupted as exc:
+            if run_dir:
+                mark_interrupted(run_dir, exc.reason, servers())
+            raise
+        strategy.after_verdict(verdict, run_dir)
+        resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
+                   if trials_before is not None else None)
+        result = RunResult(run_dir, config, baseline, context.space, outcome, verdict, search_ledger,
+                           confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
+                           strategy, storage, resumed, servers())
+        if run_dir is None:
+            return result
+        stopped = f"stopped by {stop.signal} after the trial in flight" if interim else None
+        if stopped:  # before verdict.json, which alone would say finished
+            mark_interrupted(run_dir, stopped, servers())
+        look = new_look(run_dir, task.name, config.split_seed, test_ids, interim, alpha, verdict.summary(),
+                        verdict.shipped.id)
+        result.test_looks = record_look(run_dir.parent, run_dir, look)
+        _write_record(result, task, interim)
+        if not stopped:
+            clear_interruption(run_dir)
+        write_html_report(run_dir)
+        if progress:
+            print_summary(result, console)
+        if stopped:
+            raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its interim held-out "
+                                 f"verdict, is {run_dir / 'report.md'}; finish the run with "
+                                 f"`optimize --resume {run_dir}`", stopped)
+        return result
+
+
+def _write_record(result: RunResult, task: Task, interim: bool) -> None:
+    """The prompts as the model sees them, report.md and verdict.json (last: it marks the run finished)."""
+    run_dir, space, baseline, verdict = result.run_dir, result.space, result.baseline, result.verdict
+    assert run_dir is not None
+    example = task.splits["test"][0]
+    shipped = verdict.shipped
+    write_prompt(run_dir, "best_prompt", shipped, space, baseline, result.prompt(shipped).render(example),
+                 verdict=verdict.summary(), is_baseline=shipped.id == baseline.id,
+                 **({"interim": True} if interim else {}))
+    write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline,
+                 result.prompt(verdict.dev_winner).render(example),
+                 label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
+    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, result.prompt(baseline).render(example),
+                 label="baseline: the task's default prompt, the one every candidate must beat")
+    write_report(result, result.config, task, space, baseline)
+    write_run_facts(result, task)
+
+
+def _trial_watch(config: RunConfig, bar_view: Progress | None, ledger: BudgetLedger, test_size: int,
+                 console: Console, task_name: str) -> Callable[[dict], None] | None:
+    """The progress bar's update and, at the first trial the model answered, a wall-time estimate
+    (cache hits take no model time)."""
+    if bar_view is None:
+        return None
+    bar = bar_view.add_task(f"{config.optimizer} on {task_name}", total=config.budget, best="–")
+    search_started = time.time()
+    estimated: list[bool] = []
+
+    def on_trial(trial: dict) -> None:
+        if not estimated and ledger.computed_calls:
+            estimated.append(True)
+            rate = ledger.computed_calls / max(time.time() - search_started, 1e-9)
+            left = config.budget - trial["budget_spent"]
+            console.print(f"measured {rate:.1f} model calls/s: the search's remaining {left} calls should take at "
+                          f"most about {left / rate / 60:.0f} min (less where the cache answers), the held-out "
+                          f"verdict about {2 * test_size / rate / 60:.0f} min more")
+        best = trial.get("best_so_far")
+        bar_view.update(bar, completed=trial["budget_spent"],
+                        best="–" if best is None or math.isnan(best) else f"{best:.3f}")
+    return on_trial
+
+
+def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace | None = None,
+                 objective: Objective | None = None, backend: Backend | None = None,
+                 console: Console | None = None, progress: bool = False, handle_signals: bool = False,
+                 cache_view: CacheView | None = None) -> RunResult:
+    """Finish an interrupted run: the same search replays its asks through the cache the
+    interrupted run filled (each replayed call charged once, so the cap holds), then goes on live.
+    A run made on in-memory data or a Python-built space needs them passed again."""
+    run_dir = Path(run_dir)
+    config = read_run_config(run_dir)
+    if run_status(run_dir) == "finished":  # found before the model loads
+        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
+    RUN_DIR.set(run_dir)
+    return run_study(config, task=task, space=space, objective=objective, backend=backend, console=console,
+                     progress=progress, handle_signals=handle_signals, cache_view=cache_view, resume_dir=run_dir)
+

@@ -1,0 +1,64 @@
+"""The run engine gives the results the pre-engine commands gave, on the same seeds (oracle).
+
+tests/data/engine_golden.json was recorded from `optimize`, `compare` (prompttune and DSPy arms)
+and `evaluate` before they ran on `prompttune.engine`: trial logs, verdicts, shipped prompts and
+ledger totals must not move."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from prompttune.engine.comparison import run_compare
+from prompttune.engine.evaluation import run_evaluation
+from prompttune.engine.study import run_study
+from tests.support import oracle_config, oracle_for
+from tests.test_evaluate_command import _config as evaluate_config
+from tests.test_evaluate_command import _oracle as evaluate_oracle
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "engine_golden.json").read_text())
+
+
+def _digest(rows: object) -> str:
+    return hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _trials(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("name", list(GOLDEN["optimize"]))
+def test_optimize_on_the_engine_matches_the_recorded_run(name: str, tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, optimizer=name, seed=1)
+    result = run_study(config, backend=oracle_for(config))
+    trials = _trials(result.run_dir)
+    assert {"trials": [_digest(trials), len(trials)], "verdict": result.verdict.summary(),
+            "shipped": result.shipped.id, "dev_winner": result.verdict.dev_winner.id,
+            "search": [result.search_ledger.calls, result.search_ledger.tokens],
+            "confirm": [result.confirm_ledger.calls, result.confirm_ledger.tokens]} == GOLDEN["optimize"][name]
+
+
+def test_compare_on_the_engine_matches_the_recorded_comparison(tmp_path: Path) -> None:
+    pytest.importorskip("dspy")
+    config = oracle_config(tmp_path)
+    result = run_compare(config, ["random", "sh", "dspy-copro"], [0, 1], {"sh": {"eta": 3}},
+                         backend=oracle_for(config))
+    for run in result.runs:
+        golden = GOLDEN["compare"][f"{run.arm}-s{run.seed}"]
+        assert (str(run.best), str(run.raw)) == (golden["best_spec"], golden["raw"])
+        assert (run.confirmation.best_accuracy, run.raw_confirmation.best_accuracy,
+                run.confirmation.baseline_accuracy) == (golden["guarded"], golden["raw_acc"], golden["baseline"])
+        assert [run.search.calls, run.search.tokens] == golden["search"]
+        assert (run.confirm_calls, [run.foreign_calls, run.foreign_tokens]) == (golden["confirm_calls"],
+                                                                              golden["foreign"])
+        assert [run.served.requests, run.served.tokens] == golden["served"]
+
+
+def test_evaluate_on_the_engine_matches_the_recorded_evaluation(tmp_path: Path) -> None:
+    config = evaluate_config(tmp_path, calibrate=True, ensemble=2)
+    result = run_evaluation(config, backend=evaluate_oracle(config))
+    assert [[s.accuracy for s in setting.scores] for setting in result.settings] == GOLDEN["evaluate"]["accuracies"]
+    assert [result.ledger.calls, result.ledger.tokens] == GOLDEN["evaluate"]["ledger"]
