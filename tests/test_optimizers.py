@@ -70,7 +70,7 @@ def test_spread_scores_the_baseline_on_all_of_the_leaders_examples(seed: int) ->
     run = run_oracle("spread", 1500, seed=seed, options={"formats": 12})
     optimizer = run.optimizer
     leader = optimizer.memo[optimizer.spread_summary()["best"].id]
-    assert len(leader) > optimizer.batch and set(leader) <= set(optimizer.memo[optimizer.baseline.id])
+    assert len(leader) > optimizer.options.batch and set(leader) <= set(optimizer.memo[optimizer.baseline.id])
 
 
 def test_bfrs_builds_demo_programs_from_train_only() -> None:

@@ -36,8 +36,6 @@ class BootstrapFewShotRandomSearch(Optimizer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.max_demos = self.options.max_demos
-        self.n_programs = self.options.programs
         self.pool_ids = self.context.train_ids[: self.options.bootstrap_pool]
         self.programs: list[Candidate] | None = None
         self.scored: list[tuple[Candidate, float]] = []
@@ -46,10 +44,10 @@ class BootstrapFewShotRandomSearch(Optimizer):
         """Zero-shot, labeled-only, unshuffled bootstrap, then shuffled bootstraps."""
         base = self.baseline.spec
         solved = [i for i in self.pool_ids if self.memo[self.baseline.id][i].correct]
-        labeled = [str(i) for i in self.rng.choice(self.pool_ids, size=min(self.max_demos, len(self.pool_ids)),
+        labeled = [str(i) for i in self.rng.choice(self.pool_ids, size=min(self.options.max_demos, len(self.pool_ids)),
                                                    replace=False)]
-        demo_sets = [tuple(labeled), tuple(solved[: self.max_demos])]
-        demo_sets += shuffled_demo_sets(solved, self.rng, self.n_programs - 1 - len(demo_sets), self.max_demos,
+        demo_sets = [tuple(labeled), tuple(solved[: self.options.max_demos])]
+        demo_sets += shuffled_demo_sets(solved, self.rng, self.options.programs - 1 - len(demo_sets), self.options.max_demos,
                                         taken=demo_sets)
         programs = [self.baseline]
         for origin, demos in zip(["labeled", "bootstrap"] + ["shuffled"] * len(demo_sets), demo_sets):

@@ -49,11 +49,6 @@ class Mipro(Optimizer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.n_instructions = self.options.instructions
-        self.n_demo_sets = self.options.demo_sets
-        self.minibatch_size = self.options.minibatch
-        self.full_eval_every = self.options.full_eval_every
-        self.max_trials = self.options.trials
         self.pool_ids = self.context.train_ids[: self.options.bootstrap_pool]
         space = self.context.space
         # Dimensions that write the instruction are replaced by the proposed instruction pool.
@@ -73,7 +68,7 @@ class Mipro(Optimizer):
     # -- set-up: bootstrap demos, then propose instructions ----------------------------------
     def _bootstrap_demo_sets(self) -> None:
         solved = [i for i in self.pool_ids if self.memo[self.baseline.id][i].correct]
-        self.demo_sets = [(), *shuffled_demo_sets(solved, self.rng, self.n_demo_sets - 1, 4)]
+        self.demo_sets = [(), *shuffled_demo_sets(solved, self.rng, self.options.demo_sets - 1, 4)]
 
     def _propose_instructions(self) -> list[str]:
         """The baseline's instruction (even the minimal ""), then one summary call and one call per
@@ -81,15 +76,15 @@ class Mipro(Optimizer):
         assert self.proposer is not None
         base = self.baseline.spec
         pool = [base.instruction]
-        if self.n_instructions == 1:
+        if self.options.instructions == 1:
             return pool
         labels = ", ".join(base.label_words)
         examples = [self.memo[self.baseline.id][i] for i in self.pool_ids[:4]]
         shown = "\n".join(f"- {self.example_text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
         summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
                                 "Describe in one sentence what task these examples come from.")
-        for _ in range(2 * self.n_instructions):
-            if len(pool) >= self.n_instructions:
+        for _ in range(2 * self.options.instructions):
+            if len(pool) >= self.options.instructions:
                 break
             tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
             text = checked_instruction(self.proposer(
@@ -102,7 +97,7 @@ class Mipro(Optimizer):
 
     # -- ask / tell ---------------------------------------------------------------------------
     def _minibatch(self) -> tuple[str, ...]:
-        return rotating_minibatch(self.context.dev_ids, self.period, self.minibatch_size)
+        return rotating_minibatch(self.context.dev_ids, self.period, self.options.minibatch)
 
     def _trial_candidate(self, trial: optuna.trial.Trial) -> Candidate:
         space = self.context.space
@@ -124,11 +119,11 @@ class Mipro(Optimizer):
         if self.instructions is None:
             self._bootstrap_demo_sets()
             self.instructions = self._propose_instructions()
-        if self.trials_done and self.trials_done % self.full_eval_every == 0 and self._needs_full_eval():
+        if self.trials_done and self.trials_done % self.options.full_eval_every == 0 and self._needs_full_eval():
             return TrialRequest(self._minibatch_leader(), dev, "full eval")
         remaining = self.remaining_budget()
-        last_chance = remaining is not None and remaining < self.minibatch_size + len(dev)
-        if self.trials_done >= self.max_trials or last_chance:
+        last_chance = remaining is not None and remaining < self.options.minibatch + len(dev)
+        if self.trials_done >= self.options.trials or last_chance:
             return TrialRequest(self._minibatch_leader(), dev, "full eval") if self._needs_full_eval() else None
         trial = self.study.ask()
         candidate = self._trial_candidate(trial)
@@ -174,5 +169,5 @@ class Mipro(Optimizer):
     def report_lines(self) -> list[str]:
         return [f"MIPRO: {len(self.instructions or [])} instructions × {len(self.demo_sets)} demo sets × "
                 f"{len(self.format_dims)} format dimensions; {self.trials_done} TPE minibatch trials of "
-                f"{self.minibatch_size} examples, {len(self.full_scores)} full dev evaluations.",
+                f"{self.options.minibatch} examples, {len(self.full_scores)} full dev evaluations.",
                 *(f"- instruction {i}: {text!r}" for i, text in enumerate(self.instructions or []))]

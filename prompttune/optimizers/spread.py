@@ -37,18 +37,15 @@ class FormatSpread(Optimizer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.batch = self.options.batch
-        self.prior_strength = self.options.prior_strength
-        n_arms = self.options.formats
-        self.arms = self.context.space.distinct_candidates(self.rng, n_arms, first=[self.baseline])
+        self.arms = self.context.space.distinct_candidates(self.rng, self.options.formats, first=[self.baseline])
         self.alpha = np.ones(len(self.arms))
         self.beta = np.ones(len(self.arms))
         self.pulls = np.zeros(len(self.arms), dtype=int)
         self.spent = 0
 
     def _next_ids(self, arm: int) -> tuple[str, ...]:
-        start = self.pulls[arm] * self.batch
-        return tuple(self.context.dev_ids[start:start + self.batch])
+        start = self.pulls[arm] * self.options.batch
+        return tuple(self.context.dev_ids[start:start + self.options.batch])
 
     @property
     def phase(self) -> str:
@@ -70,11 +67,11 @@ class FormatSpread(Optimizer):
         if arm == 0 and self.pulls[0] == 0:
             # Prior for every arm: the baseline's first-batch accuracy, worth `prior_strength` pulls.
             rate = (wins + 1) / (len(records) + 2)
-            self.alpha[:] = 1 + rate * self.prior_strength
-            self.beta[:] = 1 + (1 - rate) * self.prior_strength
+            self.alpha[:] = 1 + rate * self.options.prior_strength
+            self.beta[:] = 1 + (1 - rate) * self.options.prior_strength
         self.alpha[arm] += wins
         self.beta[arm] += len(records) - wins
-        self.pulls[arm] += -(-len(records) // self.batch)  # a top-up spans several batches
+        self.pulls[arm] += -(-len(records) // self.options.batch)  # a top-up spans several batches
         self.spent += len(records)
         return {"phase": request.purpose, "posterior_mean": round(self._means()[arm], 4)}
 
@@ -99,16 +96,16 @@ class FormatSpread(Optimizer):
         """Best and worst arm by posterior mean, with their observed accuracy and the spread."""
         top, bottom = self._extremes()
         acc = {i: self.score_on(self.arms[i], list(self.memo[self.arms[i].id])) for i in (top, bottom)}
-        return {"best": self.arms[top], "best_accuracy": acc[top], "best_n": int(self.pulls[top] * self.batch),
+        return {"best": self.arms[top], "best_accuracy": acc[top], "best_n": int(self.pulls[top] * self.options.batch),
                 "worst": self.arms[bottom], "worst_accuracy": acc[bottom],
-                "worst_n": int(self.pulls[bottom] * self.batch), "spread": acc[top] - acc[bottom]}
+                "worst_n": int(self.pulls[bottom] * self.options.batch), "spread": acc[top] - acc[bottom]}
 
     def report_lines(self) -> list[str]:
         if self.pulls[0] == 0:
             return ["FormatSpread: no arm was scored."]
         s = self.spread_summary()
         return [
-            f"FormatSpread over {len(self.arms)} formats, {int(self.pulls.sum())} pulls of {self.batch} "
+            f"FormatSpread over {len(self.arms)} formats, {int(self.pulls.sum())} pulls of {self.options.batch} "
             f"examples: best format `{s['best'].id}` accuracy {s['best_accuracy']:.3f} on {s['best_n']} "
             f"examples; worst `{s['worst'].id}` {s['worst_accuracy']:.3f} on {s['worst_n']}; "
             f"**spread {s['spread']:.3f}**.",
