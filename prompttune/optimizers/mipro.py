@@ -24,7 +24,7 @@ from pydantic import Field
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
-from prompttune.optimizers.search_helpers import rotating_minibatch, shuffled_demo_sets
+from prompttune.optimizers.search_helpers import rank_by_score, rotating_minibatch, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 
 STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
@@ -159,9 +159,9 @@ class Mipro(Optimizer):
         dev = self.context.dev_ids
         if self.missing(self.baseline, dev):
             return []
-        scores = {self.baseline.id: self.score_on(self.baseline, dev), **self.full_scores}
-        pool = {self.baseline.id: self.baseline, **self.candidates}
-        return [pool[i] for i in sorted(scores, key=lambda i: (-scores[i], i != self.baseline.id))]
+        scored = [(self.baseline, self.score_on(self.baseline, dev)),
+                  *((self.candidates[i], score) for i, score in self.full_scores.items())]
+        return rank_by_score(scored, self.baseline)
 
     def family(self) -> int:
         return 1 + len(self.candidates)

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
+from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 
 
@@ -86,8 +87,7 @@ class FormatSpread(Optimizer):
     def ranking(self) -> list[Candidate]:
         """Pulled arms by posterior mean, highest first (the baseline wins ties)."""
         means = self._means()
-        pulled = [i for i in range(len(self.arms)) if self.pulls[i] > 0]
-        return [self.arms[i] for i in sorted(pulled, key=lambda i: (-means[i], i))]
+        return rank_by_score([(arm, means[i]) for i, arm in enumerate(self.arms) if self.pulls[i] > 0], self.baseline)
 
     def family(self) -> int:
         return len(self.arms)

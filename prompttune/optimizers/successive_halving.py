@@ -20,6 +20,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, validate_options
+from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 
 SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))
@@ -105,7 +106,7 @@ class SuccessiveHalving(Optimizer):
         self.block_start += self.schedule[self.round][1]
         self.round += 1
         ids = self._finished_ids()
-        self.ranked = sorted(self.survivors, key=lambda c: (-self.score_on(c, ids), c.id != self.baseline.id))
+        self.ranked = rank_by_score([(c, self.score_on(c, ids)) for c in self.survivors], self.baseline)
         self.survivors = self.ranked
         if self.round < len(self.schedule):
             self.survivors = self.survivors[: self.schedule[self.round][0]]
