@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from prompttune.optimizers import OPTIMIZERS
 from prompttune.tasks.base import SplitSizes
 from tests.support import critique, oracle_accuracy, run_oracle
 
@@ -161,3 +164,10 @@ def test_cople_swaps_an_influential_word_through_the_accept_rule() -> None:
     assert run.outcome.leader.spec.instruction.startswith("Pick")
     assert run.ledger.calls <= 3000
     assert "nominal lexical space" in run.outcome.notes[0]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_every_strategy_module_opens_with_a_runnable_example(name: str) -> None:
+    """pytest runs them as doctests (--doctest-modules over prompttune/optimizers, see pyproject.toml)."""
+    doc = sys.modules[OPTIMIZERS[name].__module__].__doc__
+    assert ">>> run = search_oracle(" in doc and doc.count(">>> ") >= 5

@@ -24,10 +24,13 @@ from typing import Any, Callable, ClassVar, Iterator, Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from prompttune.backends.oracle import OracleProblem
 from prompttune.core.errors import BudgetExhausted, UserError
-from prompttune.core.storage import TrialStorage
+from prompttune.core.storage import InMemoryStorage, TrialStorage
 from prompttune.core.types import Record
+from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives import get_objective
 from prompttune.objectives.stats import AcceptRule, Decision
 from prompttune.optimizers.proposer import Proposer
@@ -447,3 +450,30 @@ def run_search(optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage
                should_stop: Callable[[], bool] | None = None) -> SearchOutcome:
     """Drive `optimizer` to the end of its search or of the budget, or until `should_stop()` says so."""
     return SearchDriver(optimizer, evaluator, storage, on_trial, should_stop).run()
+
+
+@dataclass
+class OracleSearch:
+    """One search on an `OracleProblem` (a test device): the strategy, its outcome, its trial log and
+    the calls it spent."""
+
+    optimizer: Optimizer
+    outcome: SearchOutcome
+    trials: list[dict]
+    calls: int
+
+
+def search_oracle(optimizer: type[Optimizer], problem: OracleProblem, budget: int, seed: int = 0,
+                  **options: Any) -> OracleSearch:
+    """Run `optimizer` (with `options`) on the synthetic-oracle `problem` under a cap of `budget` calls,
+    as `optimize` runs a search: its train and dev splits, the proposer on the same backend, the
+    driver above; no held-out verdict. For the runnable examples in the strategies' docstrings."""
+    ledger = BudgetLedger(cap_calls=budget)
+    train = {e.id: e for e in problem.train}
+    evaluator = Evaluator(problem.backend, {**train, **{e.id: e for e in problem.dev}}, train, ResultCache(), ledger)
+    context = SearchContext(problem.space, list(train), [e.id for e in problem.dev], len(problem.space.base.label_words),
+                            seed=seed, budget=budget, options=options)
+    strategy = optimizer(context, Proposer(problem.backend, evaluator.meter))
+    storage = InMemoryStorage()
+    outcome = run_search(strategy, evaluator, storage)
+    return OracleSearch(strategy, outcome, storage.load(), ledger.calls)

@@ -5,7 +5,20 @@ bootstraps with k in 1..max_demos. A bootstrap keeps train examples the current 
 correctly as demos. Every program is scored on the full dev split and ranked by its score; the
 held-out verdict decides whether the leader ships.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.optimizers.base import search_oracle
+    >>> problem = OracleProblem.colours()
+    >>> run = search_oracle(BootstrapFewShotRandomSearch, problem, budget=1000)
+    >>> len(run.optimizer.programs), run.calls  # zero-shot, labeled, bootstrap and 5 shuffled programs
+    (8, 900)
+    >>> leader = run.outcome.leader
+    >>> leader.spec.instruction, len(leader.spec.demo_ids), round(run.outcome.leader_dev_score, 3)
+    ('Name the colour of the item ({labels}).', 4, 0.858)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 ``run_optimization(RunConfig(task="agnews", optimizer="bfrs", budget=2000, optimizer_options={"max_demos": 4}))``)::
 
     optimize --task agnews --optimizer bfrs --budget 2000 --option max_demos=4

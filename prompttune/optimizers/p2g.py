@@ -8,7 +8,21 @@ when the driver accepts its challenge on dev. The children of one expansion form
 (false accepts bounded per expansion). Expansion is a tree: each accepted node is expanded
 again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.optimizers.base import search_oracle
+    >>> problem = OracleProblem.colours()
+    >>> run = search_oracle(SplitErrorCritique, problem, budget=1000, minibatch=60, min_errors=3)
+    >>> run.optimizer.critiques[0]  # the scripted critic's answer on the false positives of 'red'
+    'FP red: Mention the colour list explicitly (note 165).'
+    >>> run.outcome.leader.spec.instruction
+    'Pick the colour of the item ({labels}).'
+    >>> run.outcome.challenges, run.outcome.challenge_accepts, run.calls
+    (3, 2, 647)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 ``run_optimization(RunConfig(task="agnews", optimizer="p2g", budget=2000, optimizer_options={"directions": 2}))``)::
 
     optimize --task agnews --optimizer p2g --budget 2000 --option directions=2

@@ -1,6 +1,18 @@
 """Random search: uniform valid candidates, each on the full dev split — the honest baseline.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.optimizers.base import search_oracle
+    >>> problem = OracleProblem.colours()
+    >>> run = search_oracle(RandomSearch, problem, budget=600)
+    >>> len(run.trials), run.calls  # the baseline and 4 candidates, each on all 120 dev examples
+    (5, 600)
+    >>> run.outcome.leader.values(problem.space)
+    {'field': 'Input: {}', 'output': 'Colour: {}', 'verb': 'Pick'}
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 ``run_optimization(RunConfig(task="agnews", optimizer="random", budget=2000))``)::
 
     optimize --task agnews --optimizer random --budget 2000

@@ -6,7 +6,22 @@ from one shared order; Beta posteriors start from a prior centred on the baselin
 The first half of the budget maximises, the second half minimises. The leader is the arm with
 the highest posterior mean; the driver pairs it with the baseline and the held-out verdict decides.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.optimizers.base import search_oracle
+    >>> problem = OracleProblem.colours()
+    >>> run = search_oracle(FormatSpread, problem, budget=600, formats=12)
+    >>> summary = run.optimizer.spread_summary()
+    >>> summary["best"].values(problem.space), summary["best_n"]
+    ({'field': 'Input: {}', 'output': 'Label: {}', 'verb': 'Pick'}, 120)
+    >>> summary["worst"].values(problem.space), summary["worst_n"]
+    ({'field': 'Text: {}', 'output': 'Label: {}', 'verb': 'State'}, 40)
+    >>> round(summary["spread"], 3), run.calls
+    (0.458, 600)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 ``run_optimization(RunConfig(task="agnews", optimizer="spread", budget=2000, optimizer_options={"formats": 20}))``)::
 
     optimize --task agnews --optimizer spread --budget 2000 --option formats=20

@@ -4,7 +4,19 @@ Round r scores every survivor on a fresh block of dev examples — the same bloc
 survivors, so comparisons stay paired — and ranks them on all blocks seen so far. The preset
 `seed` reproduces the schedule 1,440×20 → 360×40 → 90×80 → 22×160 → 5×500 exactly.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.optimizers.base import search_oracle
+    >>> problem = OracleProblem.colours()
+    >>> run = search_oracle(SuccessiveHalving, problem, budget=600)
+    >>> run.optimizer.schedule, run.calls  # (candidates, dev examples) per round, filling the budget
+    ([(10, 20), (3, 100)], 600)
+    >>> run.outcome.leader.values(problem.space)
+    {'field': 'Text: {}', 'output': 'Colour: {}', 'verb': 'Pick'}
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 ``run_optimization(RunConfig(task="agnews", optimizer="sh", budget=2000, optimizer_options={"eta": 3}))``)::
 
     optimize --task agnews --optimizer sh --budget 2000 --option eta=3
