@@ -25,10 +25,15 @@ def _run(name: str, accuracy, budget: int = BUDGET, options: dict | None = None)
                       options=options if options is not None else OPTIONS.get(name, {}))
 
 
-def _paired(run, candidate) -> tuple[float, float] | None:
-    """(candidate, baseline) dev scores on the dev examples both were scored on."""
+def _paired_ids(run, candidate) -> list[str]:
+    """The dev examples both the candidate and the baseline were scored on."""
     opt = run.optimizer
-    ids = [i for i in opt.dev_ids_of(candidate) if i in opt.memo.get(opt.baseline.id, {})]
+    return [i for i in opt.dev_ids_of(candidate) if i in opt.memo.get(opt.baseline.id, {})]
+
+
+def _paired(run, candidate) -> tuple[float, float] | None:
+    """(candidate, baseline) dev scores on their paired examples."""
+    opt, ids = run.optimizer, _paired_ids(run, candidate)
     return (opt.score_on(candidate, ids), opt.score_on(opt.baseline, ids)) if ids else None
 
 
@@ -103,8 +108,3 @@ def test_sh_puts_back_the_baseline_its_first_round_dropped() -> None:
     assert outcome.baseline_dev_score > max(opt.score_on(c, opt.dev_ids_of(c)) for c in survivors)
     assert run.verdict.dev_winner.id == opt.baseline.id and run.verdict.tested == []
     assert outcome.anytime[-1] == (run.ledger.calls, outcome.baseline_dev_score)  # the curve ends at the baseline
-
-
-def _paired_ids(run, candidate) -> list[str]:
-    opt = run.optimizer
-    return [i for i in opt.dev_ids_of(candidate) if i in opt.memo.get(opt.baseline.id, {})]
