@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from prompttune.optimizers import OPTIMIZERS
 from prompttune.tasks.base import SplitSizes
 from tests.support import critique, oracle_accuracy, run_oracle
 
@@ -70,7 +73,7 @@ def test_spread_scores_the_baseline_on_all_of_the_leaders_examples(seed: int) ->
     run = run_oracle("spread", 1500, seed=seed, options={"formats": 12})
     optimizer = run.optimizer
     leader = optimizer.memo[optimizer.spread_summary()["best"].id]
-    assert len(leader) > optimizer.batch and set(leader) <= set(optimizer.memo[optimizer.baseline.id])
+    assert len(leader) > optimizer.options.batch and set(leader) <= set(optimizer.memo[optimizer.baseline.id])
 
 
 def test_bfrs_builds_demo_programs_from_train_only() -> None:
@@ -161,3 +164,10 @@ def test_cople_swaps_an_influential_word_through_the_accept_rule() -> None:
     assert run.outcome.leader.spec.instruction.startswith("Pick")
     assert run.ledger.calls <= 3000
     assert "nominal lexical space" in run.outcome.notes[0]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_every_strategy_module_opens_with_a_runnable_example(name: str) -> None:
+    """pytest runs them as doctests (--doctest-modules over prompttune/optimizers, see pyproject.toml)."""
+    doc = sys.modules[OPTIMIZERS[name].__module__].__doc__
+    assert ">>> run = prompttune.optimize(" in doc and doc.count(">>> ") >= 5

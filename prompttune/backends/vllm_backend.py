@@ -11,11 +11,11 @@ single-token labels cost one request per prompt.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
-from prompttune.backends.base import Backend, apply_chat_template, tokenizer_counts
+from prompttune.backends.base import TokenizerBackend
 from prompttune.core.errors import UserError
-from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 _DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
 
@@ -28,7 +28,7 @@ def _import_vllm() -> Any:
     return vllm
 
 
-class VLLMBackend(Backend):
+class VLLMBackend(TokenizerBackend):
     options = ("dtype", "tokenizer")
 
     @classmethod
@@ -52,16 +52,6 @@ class VLLMBackend(Backend):
             raise UserError(f"vLLM cannot load model {model!r}: {str(exc).splitlines()[0]}") from exc
         self.tokenizer = self.llm.get_tokenizer()
         self.model_id = f"vllm:{model}|{dtype}"
-
-    def to_text(self, prompt: Prompt) -> str:
-        return apply_chat_template(self.tokenizer, prompt)
-
-    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
-        """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""
-        return tokenizer_counts(self.tokenizer, texts, continuation)
-
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=True).input_ids
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         prompts = [self._encode(r.text) for r in requests]

@@ -6,8 +6,11 @@ An optimizer proposes and ranks; it never decides what counts as a real gain. It
 candidate against its incumbent) that the driver walks through the staged paired accept rule
 with a family-wise correction per `Sweep`. It exposes its `ranking()` (leader first) and the
 `family()` its leader was selected from. The driver owns the evaluator, the budget, the log,
-the anytime curve and the baseline top-up; the held-out verdict comes after, in
-`prompttune.evaluation.verdict`, for every optimizer alike.
+the anytime curve and the baseline top-up, and it merges the baseline into the strategy's ranking
+by paired dev score (`SearchDriver.ranking`): a strategy may rank without the baseline (successive
+halving keeps only its last round's survivors) or on unpaired evidence, but what is handed on
+never puts a prompt above the baseline unless it beat the baseline on the same dev examples.
+The held-out verdict comes after, in `prompttune.evaluation.confirmation`, for every optimizer alike.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -28,7 +31,7 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.objectives import Objective, get_objective
 from prompttune.objectives.stats import AcceptRule, Decision
 from prompttune.optimizers.proposer import Proposer
-from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.optimizers.search_helpers import place_baseline, rank_by_score
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate, SearchSpace
 
@@ -252,7 +255,7 @@ def decision_log(decision: Decision) -> dict[str, Any]:
 class SearchOutcome:
     """What the search hands to the verdict: the dev ranking and how the leader compares on dev."""
 
-    ranking: list[Candidate]
+    ranking: list[Candidate]  # the strategy's, with the baseline placed by paired dev score
     family: int
     leader_dev_score: float
     leader_dev_n: int
@@ -346,12 +349,29 @@ class SearchDriver:
                 return decision
             n = rule.next_n(n, n_max)
 
+    def paired_scores(self, candidate: Candidate) -> tuple[float, float] | None:
+        """(candidate, baseline) scores on the dev examples both were scored on; None if there are none."""
+        opt = self.optimizer
+        scored = opt.memo.get(opt.baseline.id, {})
+        ids = [i for i in opt.dev_ids_of(candidate) if i in scored]
+        return (opt.score_on(candidate, ids), opt.score_on(opt.baseline, ids)) if ids else None
+
+    def merged(self) -> Iterator[Candidate]:
+        """The strategy's ranking with the baseline placed by paired dev score (`place_baseline`):
+        first the prompts that beat the baseline on the dev examples both were scored on (strictly:
+        the baseline wins ties), in the strategy's order; then the baseline; then the rest."""
+        opt = self.optimizer
+        return place_baseline(opt.ranking(), opt.baseline, self.paired_scores)
+
+    def ranking(self) -> list[Candidate]:
+        """The merged ranking (`merged`), leader first; it always holds the baseline."""
+        return list(self.merged())
+
     def leader_score(self) -> tuple[float, int] | None:
-        ranking = self.optimizer.ranking()
-        if not ranking:
-            return None
-        ids = self.optimizer.dev_ids_of(ranking[0])
-        return (self.optimizer.score_on(ranking[0], ids), len(ids)) if ids else None
+        """The merged leader's dev score and example count; None before it has any dev score."""
+        leader = next(self.merged())
+        ids = self.optimizer.dev_ids_of(leader)
+        return (self.optimizer.score_on(leader, ids), len(ids)) if ids else None
 
     def log(self, request: TrialRequest, records: list[Record], facts: dict[str, Any]) -> None:
         space = self.optimizer.context.space
@@ -379,12 +399,21 @@ class SearchDriver:
         self.number += 1
 
     def baseline_topup(self) -> None:
-        """The baseline on each new leader's dev examples, so dev comparisons stay paired."""
+        """The baseline on the dev examples of the strategy's leader, then of the merged leader until it
+        has all of them, so that the leader's comparison with the baseline is paired on all its examples."""
         opt = self.optimizer
-        leader = next(iter(opt.ranking()), opt.baseline)
-        if leader.id != opt.baseline.id and (todo := opt.missing(opt.baseline, opt.dev_ids_of(leader))):
+        self.topup_for(next(iter(opt.ranking()), opt.baseline))
+        while self.topup_for(next(self.merged())):
+            pass
+
+    def topup_for(self, leader: Candidate) -> bool:
+        """Score the baseline on the dev examples of `leader` it lacks; False when there were none."""
+        opt = self.optimizer
+        todo = () if leader.id == opt.baseline.id else opt.missing(opt.baseline, opt.dev_ids_of(leader))
+        if todo:
             request = TrialRequest(opt.baseline, todo, "baseline top-up")
             self.log(request, self.evaluate(request), {})
+        return bool(todo)
 
     def outcome(self, stopped_by_budget: bool, interrupted: bool = False) -> SearchOutcome:
         opt = self.optimizer
@@ -393,15 +422,20 @@ class SearchDriver:
                 self.baseline_topup()
         except BudgetExhausted:
             stopped_by_budget = True
-        ranking = opt.ranking() or [opt.baseline]
+        ranking = self.ranking()
         leader_ids = opt.dev_ids_of(ranking[0])
         paired = [i for i in leader_ids if i in opt.memo.get(opt.baseline.id, {})]
 
         def score(candidate: Candidate, ids: list[str]) -> float:
             return opt.score_on(candidate, ids) if ids else float("nan")  # never scored on dev
+        leader_score = score(ranking[0], leader_ids)
+        if leader_ids and (not self.anytime or self.anytime[-1][1] != leader_score):
+            # The strategy's last ranking came after the last trial (sh ranks its final round when asked
+            # for more): the curve ends at the leader handed on.
+            self.anytime.append((self.evaluator.ledger.calls, leader_score))
         return SearchOutcome(
             ranking=ranking, family=opt.family(),
-            leader_dev_score=score(ranking[0], leader_ids), leader_dev_n=len(leader_ids),
+            leader_dev_score=leader_score, leader_dev_n=len(leader_ids),
             baseline_dev_score=score(opt.baseline, paired), baseline_dev_n=len(paired),
             n_trials=self.number, n_candidates=len(self.seen), stopped_by_budget=stopped_by_budget,
             anytime=self.anytime, notes=opt.report_lines(), challenges=sum(self.sweep_use.values()),

@@ -9,8 +9,21 @@
    bounded per sweep). Sweeps repeat until one accepts nothing (then, optionally, one free-form
    rewrite by the proposer is challenged and, if accepted, refinement resumes) or the budget ends.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
-``run_optimization(RunConfig(task="agnews", optimizer="cople", budget=2000, optimizer_options={"m": 5, "C": 4}))``)::
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="cople", budget=1000, options={"synonyms": ""},
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> run.outcome.leader.spec.instruction  # the slot's declared alternative 'Pick', accepted by the driver
+    'Pick the colour of the item ({labels}).'
+    >>> run.outcome.challenges, run.outcome.challenge_accepts, run.ledger.calls
+    (9, 1, 994)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="cople", budget=2000, options={"m": 5, "C": 4})``)::
 
     optimize --task agnews --optimizer cople --budget 2000 --option m=5 --option C=4
 """
@@ -76,12 +89,7 @@ class CoordinateWordSearch(IncumbentSearch):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.top_m = self.options.m
-        self.alternatives_per_slot = self.options.C
-        self.proxy_size = self.options.proxy
-        self.rewrite = self.options.rewrite
-        self.synonyms = self.options.synonyms
-        self.proxy = tuple(self.order[: self.proxy_size])
+        self.proxy = tuple(self.order[: self.options.proxy])
         self.ranked: list[int] | None = None
         self.queue: list[tuple[int, str]] = []
         self.sweep: Sweep | None = None
@@ -106,17 +114,17 @@ class CoordinateWordSearch(IncumbentSearch):
 
     def _alternatives(self, word: str, context: str) -> list[str]:
         found = [w for w in self._slot_lists.get(word.lower(), []) if w.lower() != word.lower()]
-        if not found and self.synonyms:
+        if not found and self.options.synonyms:
             try:
-                found = synonym_source(self.synonyms).synonyms(word, context, limit=self.alternatives_per_slot)
+                found = synonym_source(self.options.synonyms).synonyms(word, context, limit=self.options.C)
             except UserError:
                 found = []
         if not found and self.proposer is not None:
-            reply = self.proposer(f"Instruction: {context}\nList {self.alternatives_per_slot} single words that "
+            reply = self.proposer(f"Instruction: {context}\nList {self.options.C} single words that "
                                   f"could replace '{word}' without changing the meaning, comma-separated.\nWords:")
             found = [w.strip(" .'\"") for w in re.split(r"[,\n]", reply)]
         keep = [w for w in dict.fromkeys(found) if w and w.lower() != word.lower() and len(w) < 40]
-        return keep[: self.alternatives_per_slot]
+        return keep[: self.options.C]
 
     # -- candidates ----------------------------------------------------------------------------
     def _variant(self, ordinal: int, new: str) -> Candidate:
@@ -127,7 +135,7 @@ class CoordinateWordSearch(IncumbentSearch):
         base = gold_probability(self.records(self.incumbent, self.proxy))
         words = content_words(self.incumbent.spec.instruction)
         drops = [base - gold_probability(self.records(self._variant(k, ""), self.proxy)) for k in range(len(words))]
-        return sorted(range(len(words)), key=lambda k: -drops[k])[: self.top_m]
+        return sorted(range(len(words)), key=lambda k: -drops[k])[: self.options.m]
 
     def _start_sweep(self) -> None:
         """Draw every alternative of every ranked slot now: the sweep's size is then known."""
@@ -174,7 +182,7 @@ class CoordinateWordSearch(IncumbentSearch):
                 return challenge
             if self.sweep_accepts:
                 self._start_sweep()
-            elif self.rewrite and not self.rewritten and self.proposer is not None:
+            elif self.options.rewrite and not self.rewritten and self.proposer is not None:
                 self.rewritten = True
                 self._queue_rewrite()
             else:
@@ -202,7 +210,7 @@ class CoordinateWordSearch(IncumbentSearch):
         share = (len(self.evaluated) - 1) / max(self.nominal, 1)
         words = len(content_words(self.baseline.spec.instruction))
         return [f"COPLE: {self.sweeps} sweep(s) (each one family of challenges) over the "
-                f"{min(self.top_m, words)} most influential of "
+                f"{min(self.options.m, words)} most influential of "
                 f"{words} instruction words (leave-one-out "
                 f"influence on {len(self.proxy)} dev examples); {len(self.evaluated) - 1} word variants "
                 f"challenged, {len(self.accepted)} accepted; {share:.2%} of the nominal lexical space "

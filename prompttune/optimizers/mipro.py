@@ -8,8 +8,22 @@ full evaluation leads; its family counts every candidate TPE tried, since the mi
 pre-selected it. Unlike DSPy, all trials in one period share one minibatch, so their
 comparisons are paired.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
-``run_optimization(RunConfig(task="agnews", optimizer="mipro", budget=2000, optimizer_options={"minibatch": 25}))``)::
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="mipro", budget=1000,
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> run.strategy.optimizer.instructions[:2]  # the baseline's, then the proposer's (duplicates dropped)
+    ['Name the colour of the item ({labels}).', 'Pick the colour of the item ({labels}).']
+    >>> leader = run.outcome.leader
+    >>> leader.spec.instruction, len(leader.spec.demo_ids), run.ledger.calls
+    ('Name the colour of the item ({labels}).', 4, 865)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="mipro", budget=2000, options={"minibatch": 25})``)::
 
     optimize --task agnews --optimizer mipro --budget 2000 --option minibatch=25
 """
@@ -24,7 +38,7 @@ from pydantic import Field
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction
-from prompttune.optimizers.search_helpers import rotating_minibatch, shuffled_demo_sets
+from prompttune.optimizers.search_helpers import rank_by_score, rotating_minibatch, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 
 STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
@@ -49,11 +63,6 @@ class Mipro(Optimizer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.n_instructions = self.options.instructions
-        self.n_demo_sets = self.options.demo_sets
-        self.minibatch_size = self.options.minibatch
-        self.full_eval_every = self.options.full_eval_every
-        self.max_trials = self.options.trials
         self.pool_ids = self.context.train_ids[: self.options.bootstrap_pool]
         space = self.context.space
         # Dimensions that write the instruction are replaced by the proposed instruction pool.
@@ -73,7 +82,7 @@ class Mipro(Optimizer):
     # -- set-up: bootstrap demos, then propose instructions ----------------------------------
     def _bootstrap_demo_sets(self) -> None:
         solved = [i for i in self.pool_ids if self.memo[self.baseline.id][i].correct]
-        self.demo_sets = [(), *shuffled_demo_sets(solved, self.rng, self.n_demo_sets - 1, 4)]
+        self.demo_sets = [(), *shuffled_demo_sets(solved, self.rng, self.options.demo_sets - 1, 4)]
 
     def _propose_instructions(self) -> list[str]:
         """The baseline's instruction (even the minimal ""), then one summary call and one call per
@@ -81,15 +90,15 @@ class Mipro(Optimizer):
         assert self.proposer is not None
         base = self.baseline.spec
         pool = [base.instruction]
-        if self.n_instructions == 1:
+        if self.options.instructions == 1:
             return pool
         labels = ", ".join(base.label_words)
         examples = [self.memo[self.baseline.id][i] for i in self.pool_ids[:4]]
         shown = "\n".join(f"- {self.example_text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
         summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
                                 "Describe in one sentence what task these examples come from.")
-        for _ in range(2 * self.n_instructions):
-            if len(pool) >= self.n_instructions:
+        for _ in range(2 * self.options.instructions):
+            if len(pool) >= self.options.instructions:
                 break
             tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
             text = checked_instruction(self.proposer(
@@ -102,7 +111,7 @@ class Mipro(Optimizer):
 
     # -- ask / tell ---------------------------------------------------------------------------
     def _minibatch(self) -> tuple[str, ...]:
-        return rotating_minibatch(self.context.dev_ids, self.period, self.minibatch_size)
+        return rotating_minibatch(self.context.dev_ids, self.period, self.options.minibatch)
 
     def _trial_candidate(self, trial: optuna.trial.Trial) -> Candidate:
         space = self.context.space
@@ -124,11 +133,11 @@ class Mipro(Optimizer):
         if self.instructions is None:
             self._bootstrap_demo_sets()
             self.instructions = self._propose_instructions()
-        if self.trials_done and self.trials_done % self.full_eval_every == 0 and self._needs_full_eval():
+        if self.trials_done and self.trials_done % self.options.full_eval_every == 0 and self._needs_full_eval():
             return TrialRequest(self._minibatch_leader(), dev, "full eval")
         remaining = self.remaining_budget()
-        last_chance = remaining is not None and remaining < self.minibatch_size + len(dev)
-        if self.trials_done >= self.max_trials or last_chance:
+        last_chance = remaining is not None and remaining < self.options.minibatch + len(dev)
+        if self.trials_done >= self.options.trials or last_chance:
             return TrialRequest(self._minibatch_leader(), dev, "full eval") if self._needs_full_eval() else None
         trial = self.study.ask()
         candidate = self._trial_candidate(trial)
@@ -164,9 +173,9 @@ class Mipro(Optimizer):
         dev = self.context.dev_ids
         if self.missing(self.baseline, dev):
             return []
-        scores = {self.baseline.id: self.score_on(self.baseline, dev), **self.full_scores}
-        pool = {self.baseline.id: self.baseline, **self.candidates}
-        return [pool[i] for i in sorted(scores, key=lambda i: (-scores[i], i != self.baseline.id))]
+        scored = [(self.baseline, self.score_on(self.baseline, dev)),
+                  *((self.candidates[i], score) for i, score in self.full_scores.items())]
+        return rank_by_score(scored, self.baseline)
 
     def family(self) -> int:
         return 1 + len(self.candidates)
@@ -174,5 +183,5 @@ class Mipro(Optimizer):
     def report_lines(self) -> list[str]:
         return [f"MIPRO: {len(self.instructions or [])} instructions × {len(self.demo_sets)} demo sets × "
                 f"{len(self.format_dims)} format dimensions; {self.trials_done} TPE minibatch trials of "
-                f"{self.minibatch_size} examples, {len(self.full_scores)} full dev evaluations.",
+                f"{self.options.minibatch} examples, {len(self.full_scores)} full dev evaluations.",
                 *(f"- instruction {i}: {text!r}" for i, text in enumerate(self.instructions or []))]

@@ -8,8 +8,23 @@ when the driver accepts its challenge on dev. The children of one expansion form
 (false accepts bounded per expansion). Expansion is a tree: each accepted node is expanded
 again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
-``run_optimization(RunConfig(task="agnews", optimizer="p2g", budget=2000, optimizer_options={"directions": 2}))``)::
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="p2g", budget=1000, options={"minibatch": 60, "min_errors": 3},
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> run.strategy.optimizer.critiques[0]  # the scripted critic's answer on the false positives of 'red'
+    'FP red: Mention the colour list explicitly (note 165).'
+    >>> run.outcome.leader.spec.instruction
+    'Pick the colour of the item ({labels}).'
+    >>> run.outcome.challenges, run.outcome.challenge_accepts, run.ledger.calls
+    (3, 2, 647)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="p2g", budget=2000, options={"directions": 2})``)::
 
     optimize --task agnews --optimizer p2g --budget 2000 --option directions=2
 """
@@ -73,15 +88,6 @@ class SplitErrorCritique(IncumbentSearch):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.minibatch_size = self.options.minibatch
-        self.min_errors = self.options.min_errors
-        self.max_directions = self.options.directions
-        self.edits = self.options.edits
-        self.shown = self.options.shown_errors
-        self.max_depth = self.options.max_depth
-        self.patience = self.options.patience
-        self.nodes_per_level = self.options.nodes_per_level
-        self.representatives = self.options.representatives
         self.tried = {self.baseline.id}
         self.expansions = 0
         self.barren = 0  # expansions since the last accepted edit
@@ -93,16 +99,16 @@ class SplitErrorCritique(IncumbentSearch):
     def _minibatch(self) -> tuple[str, ...]:
         demos = set(self.incumbent.spec.demo_ids)
         pool = [i for i in self.context.train_ids if i not in demos]
-        return rotating_minibatch(pool, self.expansions, self.minibatch_size)
+        return rotating_minibatch(pool, self.expansions, self.options.minibatch)
 
     def _pick(self, errors: tuple[Record, ...]) -> list[Record]:
         """Representative errors: k-means on sentence embeddings, or a random sample."""
-        if self.representatives == "kmeans" and len(errors) > self.shown:
+        if self.options.representatives == "kmeans" and len(errors) > self.options.shown_errors:
             from prompttune.optimizers.embeddings import embed, kmeans_representatives
 
             vectors = embed([self.example_text(r.example_id) for r in errors], self.proposer.meter)
-            return [errors[i] for i in kmeans_representatives(vectors, self.shown, self.context.seed)]
-        picks = self.rng.choice(len(errors), size=min(self.shown, len(errors)), replace=False)
+            return [errors[i] for i in kmeans_representatives(vectors, self.options.shown_errors, self.context.seed)]
+        picks = self.rng.choice(len(errors), size=min(self.options.shown_errors, len(errors)), replace=False)
         return [errors[int(i)] for i in np.sort(picks)]
 
     def _critique(self, direction: Direction) -> str:
@@ -124,14 +130,14 @@ class SplitErrorCritique(IncumbentSearch):
     def _expand(self) -> list[Candidate]:
         """Critique each error direction separately, then write edited instructions for it."""
         records = self.records(self.incumbent, self._minibatch())
-        directions = error_directions(records, self.context.n_classes, self.min_errors)[: self.max_directions]
+        directions = error_directions(records, self.context.n_classes, self.options.min_errors)[: self.options.directions]
         spec = self.incumbent.spec
         children: dict[str, Candidate] = {}
         for direction in directions:
             feedback = " ".join(self._critique(direction).split())  # one line in the report
             self.critiques.append(f"{direction.kind.upper()} {spec.label_words[direction.label]}: {feedback}")
             written: list[str] = []  # listed in the next edit call: greedy decoding repeats itself
-            for _ in range(self.edits):
+            for _ in range(self.options.edits):
                 reply = self.proposer(
                     f"Instruction: {self._instruction()}\nFeedback: {feedback}\n"
                     + "".join(f"Already proposed (write a different one): {w}\n" for w in written)
@@ -143,14 +149,14 @@ class SplitErrorCritique(IncumbentSearch):
                     if child.id not in self.tried:
                         self.tried.add(child.id)
                         children[child.id] = child
-        return list(children.values())[: self.nodes_per_level]
+        return list(children.values())[: self.options.nodes_per_level]
 
     def ask(self) -> TrialRequest | Challenge | None:
         while not self.done:
             if self.queue:
                 return self.challenge(self.queue.pop(0), self.sweep)
             # Depth: accepted edits on the path from the baseline (each expands the new node).
-            if len(self.accepted) >= self.max_depth or self.barren >= self.patience:
+            if len(self.accepted) >= self.options.max_depth or self.barren >= self.options.patience:
                 self.done = True
                 break
             if todo := self.missing(self.incumbent, self._minibatch()):
@@ -168,6 +174,6 @@ class SplitErrorCritique(IncumbentSearch):
 
     def report_lines(self) -> list[str]:
         return [f"P2G: depth {len(self.accepted)} after {self.expansions} expansions (stops at depth "
-                f"{self.max_depth} or {self.patience} expansions without an accepted edit); critiques "
+                f"{self.options.max_depth} or {self.options.patience} expansions without an accepted edit); critiques "
                 f"(false positives and false negatives kept apart):",
                 *(f"- {c}" for c in self.critiques)]

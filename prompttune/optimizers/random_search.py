@@ -1,7 +1,20 @@
 """Random search: uniform valid candidates, each on the full dev split — the honest baseline.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
-``run_optimization(RunConfig(task="agnews", optimizer="random", budget=2000))``)::
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="random", budget=600,
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> len(run.trials.load()), run.ledger.calls  # the baseline and 4 candidates, each on all 120 dev examples
+    (5, 600)
+    >>> run.outcome.leader.values(problem.space)
+    {'field': 'Input: {}', 'output': 'Colour: {}', 'verb': 'Pick'}
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="random", budget=2000)``)::
 
     optimize --task agnews --optimizer random --budget 2000
 """

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,6 +31,26 @@ def rank_by_score(scored: Sequence[tuple[Candidate, float]], baseline: Candidate
     """Best score first; the baseline wins ties (no change without evidence), then earlier first."""
     order = sorted(range(len(scored)), key=lambda i: (-scored[i][1], scored[i][0].id != baseline.id, i))
     return [scored[i][0] for i in order]
+
+
+def place_baseline(ranking: Iterable[Candidate], baseline: Candidate,
+                   paired: Callable[[Candidate], tuple[float, float] | None]) -> Iterator[Candidate]:
+    """`ranking` with the baseline placed by paired score: the candidates that beat the baseline on
+    the examples both were scored on, in `ranking`'s order; then the baseline; then the others, in
+    `ranking`'s order. `paired(c)` gives (c's score, the baseline's score) on those examples, or None
+    when there are none (no evidence: c does not beat the baseline). A tie goes to the baseline, by
+    `rank_by_score`'s rule. Lazy: the leader costs only the comparisons up to it."""
+    below = []
+    for candidate in ranking:
+        if candidate.id == baseline.id:
+            continue
+        scores = paired(candidate)
+        if scores is not None and rank_by_score([(baseline, scores[1]), (candidate, scores[0])], baseline)[0] is candidate:
+            yield candidate
+        else:
+            below.append(candidate)
+    yield baseline
+    yield from below
 
 
 def rotating_minibatch(pool: Sequence[str], index: int, size: int) -> tuple[str, ...]:

@@ -6,8 +6,24 @@ from one shared order; Beta posteriors start from a prior centred on the baselin
 The first half of the budget maximises, the second half minimises. The leader is the arm with
 the highest posterior mean; the driver pairs it with the baseline and the held-out verdict decides.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
-``run_optimization(RunConfig(task="agnews", optimizer="spread", budget=2000, optimizer_options={"formats": 20}))``)::
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="spread", budget=600, options={"formats": 12},
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> summary = run.strategy.optimizer.spread_summary()
+    >>> summary["best"].values(problem.space), summary["best_n"]
+    ({'field': 'Input: {}', 'output': 'Label: {}', 'verb': 'Pick'}, 120)
+    >>> summary["worst"].values(problem.space), summary["worst_n"]
+    ({'field': 'Text: {}', 'output': 'Label: {}', 'verb': 'State'}, 40)
+    >>> round(summary["spread"], 3), run.ledger.calls
+    (0.458, 600)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="spread", budget=2000, options={"formats": 20})``)::
 
     optimize --task agnews --optimizer spread --budget 2000 --option formats=20
 """
@@ -21,6 +37,7 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
+from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 
 
@@ -37,18 +54,15 @@ class FormatSpread(Optimizer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.batch = self.options.batch
-        self.prior_strength = self.options.prior_strength
-        n_arms = self.options.formats
-        self.arms = self.context.space.distinct_candidates(self.rng, n_arms, first=[self.baseline])
+        self.arms = self.context.space.distinct_candidates(self.rng, self.options.formats, first=[self.baseline])
         self.alpha = np.ones(len(self.arms))
         self.beta = np.ones(len(self.arms))
         self.pulls = np.zeros(len(self.arms), dtype=int)
         self.spent = 0
 
     def _next_ids(self, arm: int) -> tuple[str, ...]:
-        start = self.pulls[arm] * self.batch
-        return tuple(self.context.dev_ids[start:start + self.batch])
+        start = self.pulls[arm] * self.options.batch
+        return tuple(self.context.dev_ids[start:start + self.options.batch])
 
     @property
     def phase(self) -> str:
@@ -70,11 +84,11 @@ class FormatSpread(Optimizer):
         if arm == 0 and self.pulls[0] == 0:
             # Prior for every arm: the baseline's first-batch accuracy, worth `prior_strength` pulls.
             rate = (wins + 1) / (len(records) + 2)
-            self.alpha[:] = 1 + rate * self.prior_strength
-            self.beta[:] = 1 + (1 - rate) * self.prior_strength
+            self.alpha[:] = 1 + rate * self.options.prior_strength
+            self.beta[:] = 1 + (1 - rate) * self.options.prior_strength
         self.alpha[arm] += wins
         self.beta[arm] += len(records) - wins
-        self.pulls[arm] += -(-len(records) // self.batch)  # a top-up spans several batches
+        self.pulls[arm] += -(-len(records) // self.options.batch)  # a top-up spans several batches
         self.spent += len(records)
         return {"phase": request.purpose, "posterior_mean": round(self._means()[arm], 4)}
 
@@ -89,8 +103,7 @@ class FormatSpread(Optimizer):
     def ranking(self) -> list[Candidate]:
         """Pulled arms by posterior mean, highest first (the baseline wins ties)."""
         means = self._means()
-        pulled = [i for i in range(len(self.arms)) if self.pulls[i] > 0]
-        return [self.arms[i] for i in sorted(pulled, key=lambda i: (-means[i], i))]
+        return rank_by_score([(arm, means[i]) for i, arm in enumerate(self.arms) if self.pulls[i] > 0], self.baseline)
 
     def family(self) -> int:
         return len(self.arms)
@@ -99,16 +112,16 @@ class FormatSpread(Optimizer):
         """Best and worst arm by posterior mean, with their observed accuracy and the spread."""
         top, bottom = self._extremes()
         acc = {i: self.score_on(self.arms[i], list(self.memo[self.arms[i].id])) for i in (top, bottom)}
-        return {"best": self.arms[top], "best_accuracy": acc[top], "best_n": int(self.pulls[top] * self.batch),
+        return {"best": self.arms[top], "best_accuracy": acc[top], "best_n": int(self.pulls[top] * self.options.batch),
                 "worst": self.arms[bottom], "worst_accuracy": acc[bottom],
-                "worst_n": int(self.pulls[bottom] * self.batch), "spread": acc[top] - acc[bottom]}
+                "worst_n": int(self.pulls[bottom] * self.options.batch), "spread": acc[top] - acc[bottom]}
 
     def report_lines(self) -> list[str]:
         if self.pulls[0] == 0:
             return ["FormatSpread: no arm was scored."]
         s = self.spread_summary()
         return [
-            f"FormatSpread over {len(self.arms)} formats, {int(self.pulls.sum())} pulls of {self.batch} "
+            f"FormatSpread over {len(self.arms)} formats, {int(self.pulls.sum())} pulls of {self.options.batch} "
             f"examples: best format `{s['best'].id}` accuracy {s['best_accuracy']:.3f} on {s['best_n']} "
             f"examples; worst `{s['worst'].id}` {s['worst_accuracy']:.3f} on {s['worst_n']}; "
             f"**spread {s['spread']:.3f}**.",

@@ -4,8 +4,21 @@ Round r scores every survivor on a fresh block of dev examples — the same bloc
 survivors, so comparisons stay paired — and ranks them on all blocks seen so far. The preset
 `seed` reproduces the schedule 1,440×20 → 360×40 → 90×80 → 22×160 → 5×500 exactly.
 
-Example (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
-``run_optimization(RunConfig(task="agnews", optimizer="sh", budget=2000, optimizer_options={"eta": 3}))``)::
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="sh", budget=600,
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> run.strategy.optimizer.schedule, run.ledger.calls  # (candidates, dev examples) per round, filling the budget
+    ([(10, 20), (3, 100)], 600)
+    >>> run.outcome.leader.values(problem.space)
+    {'field': 'Text: {}', 'output': 'Colour: {}', 'verb': 'Pick'}
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="sh", budget=2000, options={"eta": 3})``)::
 
     optimize --task agnews --optimizer sh --budget 2000 --option eta=3
 """
@@ -20,6 +33,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, validate_options
+from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 
 SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))
@@ -105,7 +119,7 @@ class SuccessiveHalving(Optimizer):
         self.block_start += self.schedule[self.round][1]
         self.round += 1
         ids = self._finished_ids()
-        self.ranked = sorted(self.survivors, key=lambda c: (-self.score_on(c, ids), c.id != self.baseline.id))
+        self.ranked = rank_by_score([(c, self.score_on(c, ids)) for c in self.survivors], self.baseline)
         self.survivors = self.ranked
         if self.round < len(self.schedule):
             self.survivors = self.survivors[: self.schedule[self.round][0]]

@@ -6,34 +6,38 @@ task (label names, input fields, dimension names in rules) is checked when the s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import fields
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from prompttune.search_spaces.grammars.format import FormatGrammar
 from prompttune.search_spaces.grammars.template import TemplateGrammar
 from prompttune.search_spaces.grammars.wrapper import WrapperGrammar
+from prompttune.search_spaces.prompt import PromptSpec
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class BaseSettings(_Strict):
-    """Fixed PromptSpec settings (not searched); grammars and dimensions override them."""
+# PromptSpec fields that `base:` does not set: the task gives the label words, the searched few-shot
+# dimension the demos, the wrapper grammar the passages and the format grammar the option list.
+NOT_IN_BASE = frozenset({"label_words", "demo_ids", "passage_templates", "passage_separator", "options"})
 
-    instruction: str = ""
-    instruction_position: Literal["before", "after"] = "before"
-    instruction_separator: str = "\n"
-    input_templates: dict[str, str] = Field(default_factory=dict,
-                                            description="input field -> template with '{}'")
-    field_joiner: str = "\n"
-    output_template: str = "Answer: {}"
-    intra_separator: str = "\n"
-    inter_separator: str = "\n\n"
-    chat: bool = False
-    system: str | None = None
-    cot: bool = False
+
+def _base_fields() -> dict[str, Any]:
+    """`base:`'s keys, types and defaults, read from the PromptSpec dataclass (declared once, there);
+    only `input_templates` is written differently in a file: a mapping of input field to template."""
+    types = get_type_hints(PromptSpec)
+    declared = {f.name: (types[f.name], f.default) for f in fields(PromptSpec) if f.name not in NOT_IN_BASE}
+    declared["input_templates"] = (dict[str, str], Field(default_factory=dict,
+                                                         description="input field -> template with '{}'"))
+    return declared
+
+
+BaseSettings = create_model("BaseSettings", __base__=_Strict, __module__=__name__, **_base_fields())
+BaseSettings.__doc__ = "Fixed PromptSpec settings (not searched); grammars and dimensions override them."
 
 
 class SynonymSettings(_Strict):
