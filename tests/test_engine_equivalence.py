@@ -2,7 +2,9 @@
 
 tests/data/engine_golden.json was recorded from `optimize`, `compare` (prompttune and DSPy arms)
 and `evaluate` before they ran on `prompttune.engine`: trial logs, verdicts, shipped prompts and
-ledger totals must not move."""
+ledger totals must not move. One intended change since: the driver ranks the baseline with every
+strategy's candidates, so sh's log now carries the baseline's dev score as `best_so_far` from its
+first round (it was None until a round finished); everything else of that run is as recorded."""
 
 from __future__ import annotations
 
