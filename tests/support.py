@@ -223,8 +223,10 @@ def colours_accuracy(text: str) -> float:
 
 
 def oracle_for(config: RunConfig, accuracy: Callable[[str], float] = colours_accuracy) -> CountingBackend:
-    """Known accuracies (by default `colours_accuracy`) for every example of the config's task."""
-    examples = [e for split in task_of(config).splits.values() for e in split]
+    """Known accuracies (by default `colours_accuracy`) for every example of the config's task, in
+    the draws of the first eight split seeds (a comparison's seeds each draw their own)."""
+    draws = [task_of(config.model_copy(update={"split_seed": config.split_seed + k})) for k in range(8)]
+    examples = list({e.id: e for task in draws for split in task.splits.values() for e in split}.values())
     return CountingBackend(SyntheticOracleBackend(examples, accuracy,
                                                   proposals=lambda t: f"Name the colour ({len(t) % 5}): "
                                                                       "red, green or blue."))

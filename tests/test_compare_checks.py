@@ -45,8 +45,8 @@ def _failed(comparison: Comparison) -> list[str]:
 
 SERVED = "every request and token the model served"
 CALL_CAP = "no arm's search spent more than 300 calls"
-BASELINE = "every run was confirmed against the same baseline prompt"
-TEST_IDS = "every run's verdict scored the same test examples"
+BASELINE = "at each seed, every run was confirmed against the same baseline prompt"
+TEST_IDS = "at each seed, every run's verdict scored the same test examples"
 RESCORED = "re-scoring the winners"
 
 
@@ -86,7 +86,7 @@ def test_an_arm_with_another_baseline_prompt_fails_the_baseline_check(
     check = _check(result, BASELINE)
     assert check.status == "failed" and check.detail.count("sha256") == 2
     # Another base spec is another space too, which the coverage check also catches.
-    assert set(_failed(result)) == {BASELINE, coverage_check(result.runs, result.coverage).claim}
+    assert set(_failed(result)) == {BASELINE, coverage_check(result.runs, {0: result.coverage}).claim}
 
 
 def test_an_arm_judged_on_other_test_examples_fails_the_test_id_check(
@@ -152,7 +152,7 @@ def test_the_report_shows_mean_and_max_spend_per_arm(random_stops_early_at_seed_
 
 def test_a_demo_from_outside_train_fails_the_demo_check(random_stops_early_at_seed_1, tmp_path: Path) -> None:
     result, _ = random_stops_early_at_seed_1
-    task = task_of(result.config)
+    task = task_of(result.config)  # seed 0's draw (split seed 0); seed 1 draws with split seed 1
     clean = _check(result, "every demo").detail
     assert clean == "0 distinct demo ids in the trials.jsonl and best_prompt.json of 0 of 4 runs (the others used no demos)"
     stray = tmp_path / "stray"
@@ -161,7 +161,8 @@ def test_a_demo_from_outside_train_fails_the_demo_check(random_stops_early_at_se
         log.write(json.dumps({"demo_ids": [task.splits["dev"][0].id]}) + "\n")
     runs = [replace(result.runs[0], run_dir=stray), *result.runs[1:]]
     watch = ModelWatch(oracle_for(result.config), task)
-    check = next(c for c in fairness_checks(task, runs, result.caps, 0, watch) if c.claim.startswith("every demo"))
+    check = next(c for c in fairness_checks({0: task, 1: task_of(result.config.model_copy(update={"split_seed": 1}))}, runs,
+                                         result.caps, 0, watch) if c.claim.startswith("every demo"))
     assert check.status == "failed" and check.detail == "random s0"
 
 

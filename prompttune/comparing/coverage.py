@@ -139,13 +139,14 @@ def _coverage(arm: str, reach: Reach, space: SearchSpace, declared: set[str | No
                     hold_options)
 
 
-def coverage_check(runs: list["ArmRun"], coverage: Mapping[str, Coverage]) -> Check:
-    """Every run searched the planned space (by the hash of the space it was given) and both its
-    raw pick and what it ships share every held field with the baseline."""
+def coverage_check(runs: list["ArmRun"], coverage: Mapping[int, Mapping[str, Coverage]]) -> Check:
+    """Every run searched its seed's planned space (by the hash of the space it was given: each seed
+    binds the space to its own train split) and both its raw pick and what it ships share every held
+    field with the baseline."""
     off = [f"{r.arm} s{r.seed}" for r in runs
-           if r.space_hash != coverage[r.arm].space_hash
-           or not all(coverage[r.arm].keeps_held(spec, r.baseline) for spec in (r.raw, r.best))]
-    first = next(iter(coverage.values()))
+           if r.space_hash != coverage[r.seed][r.arm].space_hash
+           or not all(coverage[r.seed][r.arm].keeps_held(spec, r.baseline) for spec in (r.raw, r.best))]
+    first = next(iter(next(iter(coverage.values())).values()))
     return Check(f"every arm searched space {first.space!r} and left what it held at the baseline", not off,
-                 ", ".join(off) or f"space hash {first.space_hash} for all {len(runs)} runs; held fields "
-                 "equal to the baseline's in every raw pick and every shipped prompt")
+                 ", ".join(off) or f"the space hash of its seed for all {len(runs)} runs; held fields equal to "
+                 "the baseline's in every raw pick and every shipped prompt")

@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend, Request
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
@@ -58,6 +58,11 @@ class ModelWatch(Backend):
     def __init__(self, inner: Backend, task: Task) -> None:
         self.inner = inner
         self.model_id = inner.model_id
+        self._log: list[tuple[bool, int]] = []  # per served request: quoted a test text, tokens
+        self.watch(task)
+
+    def watch(self, task: Task) -> None:
+        """Watch for `task`'s test texts from now on (each seed of a comparison draws its own test split)."""
         visible = _texts(ex for name in ("train", "dev") for ex in task.splits[name])
         test = {t for t in _texts(task.splits["test"]) if len(t) >= KEY}
         duplicated = {t for t in test if any(t in v for v in visible)}
@@ -66,7 +71,6 @@ class ModelWatch(Backend):
         self._probes: dict[str, list[str]] = {}
         for text in test - duplicated:
             self._probes.setdefault(text[:KEY], []).append(text)
-        self._log: list[tuple[bool, int]] = []  # per served request: quoted a test text, tokens
 
     def _quotes_test(self, text: str) -> bool:
         for pos in range(len(text) - KEY + 1):
@@ -209,42 +213,58 @@ def _full_spend_check(cap: Cap, runs: list["ArmRun"]) -> Check:
                  ", ".join(low) or f"least: {share(min(runs, key=cap.charged))}", level="warning")
 
 
-def _same_for_all(claim: str, runs: list["ArmRun"], value: Callable[["ArmRun"], object]) -> Check:
-    by_hash: dict[str, list[str]] = {}
-    for r in runs:
-        by_hash.setdefault(fingerprint(value(r)), []).append(_name(r))
-    if len(by_hash) == 1:
-        return Check(claim, True, f"sha256 {next(iter(by_hash))} for all {len(runs)} runs")
-    return Check(claim, False, "; ".join(f"sha256 {h}: {', '.join(names)}" for h, names in by_hash.items()))
+def _same_within_seeds(claim: str, runs: list["ArmRun"], value: Callable[["ArmRun"], object]) -> Check:
+    """One hash of `value` for all the runs of each seed."""
+    split: list[str] = []
+    for seed in sorted({r.seed for r in runs}):
+        by_hash: dict[str, list[str]] = {}
+        for r in (r for r in runs if r.seed == seed):
+            by_hash.setdefault(fingerprint(value(r)), []).append(_name(r))
+        if len(by_hash) > 1:
+            split.append("; ".join(f"sha256 {h}: {', '.join(names)}" for h, names in by_hash.items()))
+    return Check(claim, not split, " | ".join(split) or f"one hash per seed for all {len(runs)} runs")
 
 
-def fairness_checks(task: Task, runs: list["ArmRun"], caps: list[Cap], verdict_calls: int,
+def _distinct_draws_check(tasks: Mapping[int, Task]) -> Check:
+    hashes = {seed: fingerprint(sorted(ex.id for ex in task.splits["test"])) for seed, task in tasks.items()}
+    repeated = [seed for seed, h in hashes.items() if list(hashes.values()).count(h) > 1]
+    return Check("each seed drew its own test split (hash of its test ids)", not repeated,
+                 f"seeds {', '.join(map(str, repeated))} share a test split" if repeated
+                 else ", ".join(f"s{seed} {h}" for seed, h in hashes.items()))
+
+
+def fairness_checks(tasks: Mapping[int, Task], runs: list["ArmRun"], caps: list[Cap], verdict_calls: int,
                     watch: ModelWatch) -> list[Check]:
-    """`caps`: the matched cap first (`caps_of`)."""
-    ids = {name: {ex.id for ex in task.splits[name]} for name in ("train", "dev", "test")}
+    """`tasks`: each seed's data draw; `caps`: the matched cap first (`caps_of`)."""
+    ids = {seed: {name: {ex.id for ex in task.splits[name]} for name in ("train", "dev", "test")}
+           for seed, task in tasks.items()}
+    overlapping = [f"s{seed}" for seed, split in ids.items()
+                   if split["test"] & (split["train"] | split["dev"]) or split["train"] & split["dev"]]
+    sizes = next(iter(ids.values()))
     checks = [
-        Check("splits are disjoint", not (ids["test"] & (ids["train"] | ids["dev"])) and not ids["train"] & ids["dev"],
-              f"train {len(ids['train'])} / dev {len(ids['dev'])} / test {len(ids['test'])} example ids"),
+        Check("splits are disjoint at every seed", not overlapping, ", ".join(overlapping) or
+              f"train {len(sizes['train'])} / dev {len(sizes['dev'])} / test {len(sizes['test'])} example ids per seed"),
+        *([_distinct_draws_check(tasks)] if len(tasks) > 1 else []),
         _served_check(runs),
         *(_cap_check(cap, runs) for cap in caps),
         _full_spend_check(caps[0], runs),
     ]
     leaks = [f"{_name(r)}: {r.served.leaks}" for r in runs if r.served.leaks]
-    checks.append(Check("no search-time model request quoted a test example", not leaks,
+    checks.append(Check("no search-time model request quoted a test example of its seed", not leaks,
                         ", ".join(leaks) or f"{sum(r.served.requests for r in runs)} search requests watched "
-                        f"for {watch.watched} test texts ({watch.ambiguous} test texts also occur in train/dev "
-                        f"and are not watched)"))
-    demos = {_name(r): _logged_demo_ids(r.run_dir) for r in runs}
-    stray = [name for name, used in demos.items() if not used <= ids["train"]]
-    with_demos = sum(bool(used) for used in demos.values())
-    checks.append(Check("every demo in the trial logs and chosen prompts is a train example", not stray,
-                        ", ".join(stray) or f"{len(set().union(*demos.values()))} distinct demo ids in the "
-                        f"trials.jsonl and best_prompt.json of {with_demos} of {len(runs)} runs (the others used "
-                        f"no demos)"))
-    checks.append(_same_for_all("every run was confirmed against the same baseline prompt (hash of its spec)",
-                                runs, lambda r: asdict(r.baseline)))
-    checks.append(_same_for_all("every run's verdict scored the same test examples (hash of their ids)",
-                                runs, lambda r: sorted(r.test_ids)))
+                        f"for their seed's test texts ({watch.watched} at the last seed; {watch.ambiguous} also "
+                        f"occur in its train/dev and are not watched)"))
+    demos = {_name(r): (_logged_demo_ids(r.run_dir), ids[r.seed]["train"]) for r in runs}
+    stray = [name for name, (used, train) in demos.items() if not used <= train]
+    with_demos = sum(bool(used) for used, _ in demos.values())
+    checks.append(Check("every demo in the trial logs and chosen prompts is a train example of its seed", not stray,
+                        ", ".join(stray) or f"{len(set().union(*(used for used, _ in demos.values())))} distinct demo "
+                        f"ids in the trials.jsonl and best_prompt.json of {with_demos} of {len(runs)} runs (the others "
+                        f"used no demos)"))
+    checks.append(_same_within_seeds("at each seed, every run was confirmed against the same baseline prompt "
+                                     "(hash of its spec)", runs, lambda r: asdict(r.baseline)))
+    checks.append(_same_within_seeds("at each seed, every run's verdict scored the same test examples (hash of "
+                                     "their ids)", runs, lambda r: sorted(r.test_ids)))
     mismatched = [_name(r) for r in runs
                   if abs(sum(r.test_correct) / len(r.test_correct) - r.confirmation.best_accuracy) > 1e-12]
     checks.append(Check("re-scoring the winners for the pairwise tests reproduced every verdict from cache",

@@ -1,20 +1,25 @@
 """The numbers of a comparison: per-arm test accuracy over seeds under both keep rules (raw and
-guarded), gains, corrected p-values, paired t-tests between arms across seeds, and McNemar tests
+guarded), gains, corrected p-values, tests between arms across seeds (each seed its own data
+draw: a paired t-test and an exact sign-flip permutation test on the per-seed differences, and a
+Cochran-Mantel-Haenszel test on the pooled test examples stratified by seed), and McNemar tests
 between the leading arms on the same test examples."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from statistics import mean
 
 import numpy as np
 from scipy import stats
+from statsmodels.stats.contingency_tables import StratifiedTable
 
 from prompttune.comparing.arms import ArmRun
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired_compare
 
 TOP_ARMS = 3
+P_FLOOR = float(np.finfo(float).tiny)  # 2.2e-308
 
 
 def t_interval(values: list[float], bounds: tuple[float, float], alpha: float = 0.05) -> tuple[float, float]:
@@ -73,8 +78,11 @@ class PairTest:
 
 @dataclass
 class SeedPair:
-    """Two arms across the seeds they share (same task draw, same test split): the mean of the
-    per-seed differences in test accuracy (first − second), its t-interval and a paired t-test."""
+    """Two arms across the seeds they share (each seed one data draw, both arms on its test split):
+    the mean of the per-seed differences in test accuracy (first − second) with its t-interval, a
+    paired t-test (`p`; None when every seed differs by the same amount: no variance to test) and an
+    exact sign-flip permutation test (`p_perm`: never below 2 / 2^seeds), each BH-corrected over the
+    pairs of one keep rule; for what ships, a CMH test on the pooled test examples stratified by seed."""
 
     first: str
     second: str
@@ -82,8 +90,12 @@ class SeedPair:
     seeds: int
     mean_diff: float
     diff_ci: tuple[float, float]
-    p: float
-    p_bh: float = 1.0
+    p: float | None
+    p_perm: float
+    p_cmh: float | None = None
+    p_bh: float | None = None
+    p_perm_bh: float = 1.0
+    p_cmh_bh: float | None = None
 
 
 def _scores(confirmations: list[Confirmation]) -> tuple[Scores, str]:
@@ -119,17 +131,48 @@ def _correct(confirmation: Confirmation) -> int:
     return round(confirmation.best_accuracy * confirmation.n)
 
 
-def _paired_t(diffs: list[float]) -> float:
-    """Two-sided paired t-test p; the same difference at every seed is the test's limit (0, or 1 when none)."""
+def _paired_t(diffs: list[float]) -> float | None:
+    """Two-sided paired t-test p; None when the differences have no spread (the t statistic is undefined)."""
     if len(set(diffs)) == 1:
-        return 1.0 if diffs[0] == 0 else 0.0
+        return None
     return float(stats.ttest_1samp(diffs, 0.0).pvalue)
+
+
+def sign_flip_p(diffs: list[float]) -> float:
+    """Exact two-sided sign-flip permutation p: the share of the 2^n sign patterns whose mean is at
+    least as far from 0 as the observed one (the observed pattern included, so never 0)."""
+    observed = abs(sum(diffs))
+    flips = [abs(sum(s * d for s, d in zip(signs, diffs))) for signs in itertools.product((1, -1), repeat=len(diffs))]
+    return sum(f >= observed - 1e-12 for f in flips) / len(flips)
+
+
+def cmh_p(first: list[ArmRun], second: list[ArmRun]) -> float | None:
+    """Cochran-Mantel-Haenszel test that the odds of a right answer are equal for the two arms' shipped
+    prompts, pooled over their seeds' test examples with one 2x2 table per seed (statsmodels); None
+    when a table is degenerate (an arm right or wrong everywhere on every seed)."""
+    theirs = {r.seed: r for r in second}
+    tables = []
+    for mine in first:
+        if mine.seed in theirs and mine.test_correct:
+            a, b = sum(mine.test_correct), sum(theirs[mine.seed].test_correct)
+            tables.append(np.array([[a, len(mine.test_correct) - a], [b, len(theirs[mine.seed].test_correct) - b]]))
+    if len(tables) < 2 or all(t[:, 0].sum() in (0, t.sum()) for t in tables):
+        return None
+    # A p below the smallest normal float underflows to 0: report that bound instead of an impossible 0.
+    return max(float(StratifiedTable(tables).test_null_odds(correction=True).pvalue), P_FLOOR)
+
+
+def _bh(values: list[float | None]) -> list[float | None]:
+    """BH over the defined p-values of a family; undefined ones stay None."""
+    defined = [p for p in values if p is not None]
+    adjusted = iter(adjust_pvalues(defined, method="fdr_bh")[1] if defined else [])
+    return [None if p is None else float(next(adjusted)) for p in values]
 
 
 def seed_pairs(summaries: list[ArmSummary]) -> list[SeedPair]:
     """Every pair of arms under each keep rule, over the seeds both ran (two or more), BH-corrected
-    over the pairs of one keep rule. A t-test, not Wilcoxon's signed-rank test: with five seeds the
-    smallest two-sided p the latter can reach is 0.0625."""
+    over the pairs of one keep rule. With five seeds the permutation test cannot go below 0.0625:
+    the t-test assumes normal per-seed differences to say more, the CMH test pools the examples."""
     tests = []
     for keep in KEEP_RULES:
         family = []
@@ -141,10 +184,11 @@ def seed_pairs(summaries: list[ArmSummary]) -> list[SeedPair]:
                     continue
                 diffs = [(_correct(a) - _correct(b)) / a.n for a, b in pairs]
                 family.append(SeedPair(first.arm, second.arm, keep, len(pairs), mean(diffs),
-                                       t_interval(diffs, (-1.0, 1.0)), _paired_t(diffs)))
-        _, adjusted = adjust_pvalues([t.p for t in family], method="fdr_bh")
-        for test, p in zip(family, adjusted):
-            test.p_bh = p
+                                       t_interval(diffs, (-1.0, 1.0)), _paired_t(diffs), sign_flip_p(diffs),
+                                       cmh_p(first.runs, second.runs) if keep == "guarded" else None))
+        for test, p, p_perm, p_cmh in zip(family, _bh([t.p for t in family]), _bh([t.p_perm for t in family]),
+                                          _bh([t.p_cmh for t in family])):
+            test.p_bh, test.p_perm_bh, test.p_cmh_bh = p, float(p_perm), p_cmh
         tests += family
     return tests
 

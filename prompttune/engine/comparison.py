@@ -46,6 +46,8 @@ from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.reports.compare_report import print_summary, write_report
 from prompttune.reports.html.facts import run_status
 from prompttune.reports.html_report import write_html_report
+from prompttune.search_spaces import SearchSpace
+from prompttune.tasks.base import Task
 
 
 def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -> ArmRun:
@@ -101,7 +103,8 @@ class Comparison:
     mode: str
     arms: list[str]
     seeds: list[int]
-    coverage: dict[str, Coverage]
+    split_seeds: dict[int, int]  # each seed's own train/dev/test draw
+    coverage: dict[str, Coverage]  # per arm (the same dimensions at every seed; hashes per seed are checked)
     runs: list[ArmRun]
     summaries: list[ArmSummary]
     pairs: list[PairTest]
@@ -111,53 +114,74 @@ class Comparison:
     wall_seconds: float
 
 
-def _rescore_winners(bench: Bench, runs: list[ArmRun]) -> int:
+def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
     """Per-example test correctness of every winner, for the pairwise tests. Each run's
     confirmation already scored its winner on these examples, so this reads the cache; the
     model calls it does make are returned (and expected to be none)."""
-    test = bench.task.splits["test"]
     ledger = BudgetLedger()
-    evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
-                          bench.shared, ledger, scoring=bench.config.scoring)
-    ids = [ex.id for ex in test]
     for run in runs:
-        run.test_correct = [r.correct for r in evaluator.evaluate(run.best, ids)]
+        bench = benches[run.seed]
+        test = bench.task.splits["test"]
+        evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test},
+                              {ex.id: ex for ex in bench.task.splits["train"]}, bench.shared, ledger,
+                              scoring=bench.config.scoring)
+        run.test_correct = [r.correct for r in evaluator.evaluate(run.best, [ex.id for ex in test])]
     return ledger.calls
+
+
+def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
+    """Each seed draws its own train/dev/test split: the k-th seed with `--split-seed` + k, so that
+    seed-to-seed variation includes test sampling, not only the search's."""
+    return {seed: config.split_seed + k for k, seed in enumerate(seeds)}
+
+
+def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]], mode: str,
+          split_seed: int) -> tuple[RunConfig, Task, SearchSpace, dict[str, Coverage]]:
+    """One seed's data draw, its space and each arm's coverage, every arm's run checked before any model loads."""
+    drawn = config.model_copy(update={"split_seed": split_seed})
+    task = load_run_task(drawn)
+    require_dev_budget(drawn, task)
+    space = load_space(drawn, task).bind(task.splits["train"])
+    coverage = plan_coverage(arms, space, mode, options)
+    for arm in arms:
+        arm_run_config = arm_config(drawn, arm, options, coverage)
+        plan_strategy(arm_run_config, search_context(arm_run_config, task, space))
+    return drawn, task, space, coverage
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                 backend: Backend | None = None, console: Console | None = None,
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
                 resume_dir: Path | None = None, progress: bool = False) -> Comparison:
-    """Every arm × seed on one bench. `mode` says what each arm may search of the one space
-    (`prompttune.comparing.coverage`). `match`: the budget every arm gets and the checks compare —
-    search calls (`config.budget`), or search tokens (`config.budget_tokens`; the call budget then
-    stays what the optimizers plan with, and a ceiling). With `resume_dir` (an interrupted
-    comparison), finished arms are read back and the others resumed or restarted."""
+    """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
+    `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
+    the budget every arm gets and the checks compare — search calls (`config.budget`), or search
+    tokens (`config.budget_tokens`; the call budget then stays what the optimizers plan with, and a
+    ceiling). With `resume_dir` (an interrupted comparison), finished arms are read back and the
+    others resumed or restarted. `progress` (the CLI) shows each arm's progress and summary, and lets
+    a first SIGINT/SIGTERM finish the arm's trial in flight and write its interim report; a library
+    call prints nothing and leaves signals alone."""
     started = time.time()
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, quiet=not progress)
     if match == "tokens" and config.budget_tokens is None:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
-    task = load_run_task(config)
-    require_dev_budget(config, task)
-    space = load_space(config, task).bind(task.splits["train"])
-    coverage = plan_coverage(arms, space, mode, options)
-    for arm in arms:  # each arm's whole run, on the drawn splits, before the model loads
-        arm_run_config = arm_config(config, arm, options, coverage)
-        plan_strategy(arm_run_config, search_context(arm_run_config, task, space))
+    draws = {seed: _draw(config, arms, options, mode, split_seed)
+             for seed, split_seed in split_seeds(config, seeds).items()}
     check_paths(config.runs_dir, config.cache)
-    watch = ModelWatch(backend or build_backend(config), task)
-    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{task.name}-compare")
+    first = draws[seeds[0]]
+    watch = ModelWatch(backend or build_backend(config), first[1])
+    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first[1].name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
          "match": match}, indent=2))
     reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    bench = Bench(config, task, space, watch, shared, options, coverage, run_dir / "arms", console, progress)
+    benches = {seed: Bench(drawn, task, space, watch, shared, options, coverage, run_dir / "arms", console, progress)
+               for seed, (drawn, task, space, coverage) in draws.items()}
     try:
         runs = []
         for arm in arms:
@@ -167,13 +191,14 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                     runs.append(load_arm_run(earlier))
                     console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
                 else:
-                    runs.append(run_arm(bench, arm, seed, earlier))
+                    watch.watch(benches[seed].task)
+                    runs.append(run_arm(benches[seed], arm, seed, earlier))
                     save_arm_run(runs[-1])
                 c, raw = runs[-1].confirmation, runs[-1].raw_confirmation
                 console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
                               f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
                               f"{caps[0].charged(runs[-1])}/{caps[0].limit} {caps[0].unit}")
-        verdict_calls = _rescore_winners(bench, runs)
+        verdict_calls = _rescore_winners(benches, runs)
     except KeyboardInterrupt:
         raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
                              f"`compare --resume {run_dir}`") from None
@@ -182,9 +207,12 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     finally:
         shared.close()
     summaries = summarize(runs, arms, seeds)
-    checks = [*fairness_checks(task, runs, caps, verdict_calls, watch), coverage_check(runs, coverage)]
-    comparison = Comparison(run_dir, config, mode, arms, seeds, coverage, runs, summaries, pairwise(summaries),
-                            seed_pairs(summaries), caps, checks, time.time() - started)
+    tasks = {seed: bench.task for seed, bench in benches.items()}
+    checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch),
+              coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
+    comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d[0].split_seed for s, d in draws.items()},
+                            first[3], runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
+                            time.time() - started)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)

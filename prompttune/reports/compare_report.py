@@ -14,7 +14,7 @@ from rich.table import Table
 from prompttune.comparing.arms import DSPY_ARMS, ArmRun
 from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
-from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores
+from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores, SeedPair
 from prompttune.reports import ci_text
 
 if TYPE_CHECKING:
@@ -131,16 +131,34 @@ def _seed_pair_section(c: "Comparison") -> list[str]:
         return []
     lines = ["## Arms head to head across seeds", "",
              "Per pair of arms and keep rule: the mean over seeds of the difference in test accuracy (first − "
-             "second; both on the same task draw and test split at each seed), its Student-t 95% interval, and "
-             "a two-sided paired t-test over the seeds, Benjamini–Hochberg-corrected over the pairs of one keep "
-             "rule. The same difference at every seed gets p = 0, the t-test's limit: there is no seed-to-seed "
-             "variation to weigh it against.", "",
-             "| first | second | keep rule | seeds | mean difference | 95% CI | p | p (BH) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for t in c.seed_pairs:
-        lines.append(f"| {t.first} | {t.second} | {t.keep} | {t.seeds} | {t.mean_diff:+.3f} | {ci_text(t.diff_ci)} | "
-                     f"{t.p:.3g} | {t.p_bh:.3g} |")
+             "second; each seed is its own train/dev/test draw, both arms on its test split), its Student-t 95% "
+             "interval, a two-sided paired t-test over the seeds (– when every seed differs by the same amount: "
+             "no variance to test), an exact sign-flip permutation test (never below 2/2^seeds: 0.0625 with five "
+             "seeds) and, for what ships, a Cochran-Mantel-Haenszel test on the pooled test examples stratified "
+             "by seed; each Benjamini–Hochberg-corrected over the pairs of one keep rule.", "",
+             "| " + " | ".join(SEED_PAIR_HEADER) + " |", "|" + " --- |" * len(SEED_PAIR_HEADER)]
+    lines += ["| " + " | ".join(str(cell) for cell in seed_pair_cells(_seed_pair_json(t))) + " |" for t in c.seed_pairs]
     return lines + [""]
+
+
+SEED_PAIR_HEADER = ["first", "second", "keep rule", "seeds", "mean difference", "95% CI", "t-test p (BH)",
+                    "sign-flip p (BH)", "CMH p (BH)"]
+
+
+def _p_cell(p: float | None, p_bh: float | None) -> str:
+    return "–" if p is None or p_bh is None else f"{p:.3g} ({p_bh:.3g})"
+
+
+def seed_pair_cells(t: dict) -> list[object]:
+    """One row of the head-to-head table, from its summary.json entry (report.md and report.html alike)."""
+    return [t["first"], t["second"], t["keep"], t["seeds"], f"{t['mean_diff']:+.3f}", ci_text(t["diff_ci"]),
+            _p_cell(t["p"], t["p_bh"]), _p_cell(t["p_perm"], t["p_perm_bh"]), _p_cell(t["p_cmh"], t["p_cmh_bh"])]
+
+
+def _seed_pair_json(t: "SeedPair") -> dict:
+    return {"first": t.first, "second": t.second, "keep": t.keep, "seeds": t.seeds, "mean_diff": t.mean_diff,
+            "diff_ci": t.diff_ci, "p": t.p, "p_bh": t.p_bh, "p_perm": t.p_perm, "p_perm_bh": t.p_perm_bh,
+            "p_cmh": t.p_cmh, "p_cmh_bh": t.p_cmh_bh}
 
 
 def write_report(comparison: "Comparison") -> None:
@@ -231,9 +249,7 @@ def _summary_json(c: "Comparison") -> dict:
                             "test_ids_sha256": fingerprint(sorted(r.test_ids)), "stopped_by_budget": r.stopped_by_budget,
                             "wall_seconds": r.wall_seconds, "anytime": r.anytime} for r in s.runs]}
                  for s in c.summaries],
-        "seed_pairs": [{"first": t.first, "second": t.second, "keep": t.keep, "seeds": t.seeds,
-                        "mean_diff": t.mean_diff, "diff_ci": t.diff_ci, "p": t.p, "p_bh": t.p_bh}
-                       for t in c.seed_pairs],
+        "seed_pairs": [_seed_pair_json(t) for t in c.seed_pairs],
         "pairwise": [{"first": t.first, "second": t.second, "seed": t.seed, "b": t.comparison.b,
                       "c": t.comparison.c, "p": t.comparison.p_two_sided, "p_bh": t.p_bh} for t in c.pairs],
         "fairness": [{"claim": k.claim, "ok": k.ok, "status": k.status, "detail": k.detail} for k in c.checks],

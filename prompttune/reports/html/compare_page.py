@@ -6,7 +6,15 @@ from pathlib import Path
 
 from prompttune.core.storage import read_json
 from prompttune.reports import ci_text
-from prompttune.reports.compare_report import HEADER, MARK, MODE_TEXT, SEED_HEADER, spend_cells
+from prompttune.reports.compare_report import (
+    HEADER,
+    MARK,
+    MODE_TEXT,
+    SEED_HEADER,
+    SEED_PAIR_HEADER,
+    seed_pair_cells,
+    spend_cells,
+)
 from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table
 
 
@@ -46,8 +54,7 @@ def _seed_rows(summary: dict, run_dir: Path) -> list[list[object]]:
 
 
 def _seed_pair_rows(summary: dict) -> list[list[object]]:
-    return [[t["first"], t["second"], t["keep"], t["seeds"], f"{t['mean_diff']:+.3f}", ci_text(t["diff_ci"]),
-             f"{t['p']:.3g}", f"{t['p_bh']:.3g}"] for t in summary["seed_pairs"]]
+    return [seed_pair_cells(t) for t in summary["seed_pairs"]]
 
 
 def compare_page(run_dir: Path) -> str:
@@ -79,11 +86,11 @@ def compare_page(run_dir: Path) -> str:
                        "dev (selected)", "wall s", "run"], _seed_rows(summary, run_dir),
                       (1, 2, 4, 5, 6, 7, 8, 12, 13, 14, 15))),
         section("Arms head to head across seeds",
-                para("Mean over seeds of the difference in test accuracy (first − second), its Student-t 95% "
-                     "interval, and a two-sided paired t-test over seeds, BH-corrected over the pairs of one keep "
-                     "rule."),
-                table(["first", "second", "keep rule", "seeds", "mean difference", "95% CI", "p", "p (BH)"],
-                      _seed_pair_rows(summary), (3, 4, 6, 7))),
+                para("Mean over seeds (each its own data draw) of the difference in test accuracy (first − "
+                     "second), its Student-t 95% interval, a paired t-test over seeds, an exact sign-flip "
+                     "permutation test and, for what ships, a CMH test on the pooled test examples stratified by "
+                     "seed; p (BH over the pairs of one keep rule)."),
+                table(SEED_PAIR_HEADER, _seed_pair_rows(summary), (3, 4, 6, 7, 8))),
         section("Anytime curves", png_img((run_dir / "anytime.png").read_bytes(), "anytime curves per optimizer"),
                 para("Best-so-far dev score against search calls: thick line the mean over seeds, band the range "
                      "over seeds, dots where each run last updated; dotted: the cap.", "note")),
