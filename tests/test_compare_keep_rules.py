@@ -14,11 +14,12 @@ from scipy import stats
 
 from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.comparing.arms import DSPY_ARMS
-from prompttune.comparing.coverage import REACH, coverage_check, plan_coverage
+from prompttune.comparing.coverage import INSTRUCTION, REACH, aspect_of, coverage_check, plan_coverage, touched_fields
 from prompttune.core.errors import UserError
 from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.optimizers import OPTIMIZERS, checked_optimizer
 from prompttune.search_spaces import build_space, default_space
+from prompttune.search_spaces.space import SPEC_FIELDS
 from tests.support import oracle_config, oracle_for, task_of
 
 QUIET = Console(quiet=True)
@@ -49,7 +50,11 @@ def test_same_space_gives_every_arm_one_space_and_holds_what_it_cannot_search(sa
     assert c.coverage["random"].searched == tuple(dims) and c.coverage["random"].held == ()
     mipro = c.coverage["mipro"]
     assert mipro.held == ("demos (the space declares none)",) and mipro.options == {"demo_sets": 1}
-    assert mipro.held_fields == {"demo_ids"}
+    touched = touched_fields(space, dims)  # what some listed value changes: every other field stays the baseline's
+    assert c.coverage["random"].held_fields == SPEC_FIELDS - touched
+    assert mipro.held_fields == (SPEC_FIELDS - touched - {"instruction"}) | {"demo_ids"}
+    assert c.coverage["random"].sources == ("listed values",)
+    assert mipro.sources == ("listed values", "written by a model")
     # The default space declares no few-shot, so in same-space mode mipro never tried a demo; natively it does.
     mipro_run = c.runs[1]
     assert _trial_demos(mipro_run.run_dir) == {()} and mipro_run.raw.demo_ids == ()
@@ -65,6 +70,40 @@ def test_same_space_gives_every_arm_one_space_and_holds_what_it_cannot_search(sa
     assert summary["mode"] == "same-space" and summary["arms"][1]["coverage"]["held"] == list(mipro.held)
     page = (c.run_dir / "report.html").read_text()
     assert "<h2>What each arm searched" in page and "Optimizer comparison on one space" in page
+
+
+def test_same_space_holds_every_arm_to_the_dimensions_all_of_them_can_search(tmp_path: Path) -> None:
+    """With an instruction writer in the mix, the grid searchers search the instruction only."""
+    c, _ = _compare(tmp_path, ["random", "sh", "cople"], [0])
+    space = default_space(task_of(c.config))
+    instruction = [d.name for d in space.dimensions if aspect_of(d) == INSTRUCTION]
+    assert instruction and len(instruction) < len(space.dimensions)
+    for arm, coverage in c.coverage.items():
+        assert coverage.dimensions == instruction
+        assert [name.split(" (")[0] for name in coverage.searched] == instruction
+    shared = space.searching_only(instruction)
+    assert {r.space_hash for r in c.runs} == {shared.fingerprint()} != {space.fingerprint()}
+    for run in c.runs:  # every arm's picks change only what the instruction dimensions change
+        assert run.raw.with_updates(instruction=run.baseline.instruction) == run.baseline
+    config = json.loads((c.runs[0].run_dir / "config.json").read_text())
+    assert config["dimensions"] == instruction
+    summary = json.loads((c.run_dir / "summary.json").read_text())
+    assert summary["arms"][2]["coverage"]["sources"] == ["written by a model"]
+    assert "| searched | candidates from |" in (c.run_dir / "report.md").read_text()
+    assert all(check.status != "failed" for check in c.checks), [k for k in c.checks if not k.ok]
+    # An arm that stepped outside the shared dimensions fails the coverage check.
+    stray = replace(c.runs[0], raw=c.runs[0].raw.with_updates(output_template="Colour: {}"))
+    check = coverage_check([stray, *c.runs[1:]], {0: c.coverage})
+    assert not check.ok and check.detail == "random s0"
+
+
+def test_a_mix_that_shares_no_dimension_is_one_line(tmp_path: Path) -> None:
+    task = task_of(oracle_config(tmp_path))
+    both = build_space({"name": "both", "instructions": ["Name the colour.", "Which colour is it?"],
+                        "few_shot": {"k": [0, 2]}}, task).bind(task.splits["train"])
+    with pytest.raises(UserError, match=r"no dimension of space 'both' can be searched by every arm \(cople: "
+                                        r"instruction \(writes its own instruction\); bfrs: few_shot.k"):
+        plan_coverage(["cople", "bfrs"], both, "same-space", {})
 
 
 def test_the_coverage_check_fails_on_a_changed_held_field_or_another_space(same_space: Comparison) -> None:

@@ -71,7 +71,7 @@ class Bench:
 def arm_config(config: RunConfig, arm: str, options: dict[str, dict[str, Any]],
                coverage: dict[str, Coverage]) -> RunConfig:
     """`config` for one arm: its optimizer, with the user's options plus those that hold what the mode holds."""
-    return config.model_copy(update={"optimizer": arm,
+    return config.model_copy(update={"optimizer": arm, "dimensions": coverage[arm].dimensions,
                                      "optimizer_options": {**options.get(arm, {}), **coverage[arm].options}})
 
 

@@ -2,12 +2,15 @@
 
 Two modes, one space (the `--space` file, else the task's default space) given to every arm:
 
-- `same-space`, an optimizer comparison: the space is the problem. Each arm searches the declared
-  dimensions it can — grid searchers pick among their listed values, instruction writers
-  (proposals, word edits) write the instruction where the space declares one, demo optimizers
-  choose demos where it declares few-shot — and holds every other dimension at the baseline value.
-  Nothing the space does not declare is added: a demo optimizer on a space without few-shot stays
-  zero-shot. An arm that would search nothing of the space is refused.
+- `same-space`, an optimizer comparison: the space is the problem, and every arm searches exactly
+  the same dimensions: those every arm in the mix can search (grid searchers pick among listed
+  values, instruction writers — proposals, word edits — write the instruction where the space
+  declares one, demo optimizers choose demos where it declares few-shot). Every other dimension
+  stays at the baseline for every arm (the arm's config names the shared dimensions and its space
+  holds the rest at one value): with an instruction writer in the mix, random and sh search the
+  instruction only. Nothing the space does not declare is added: a demo optimizer on a space
+  without few-shot stays zero-shot. An arm that would search nothing, or a mix that shares no
+  dimension, is refused in one line.
 - `native`, a tool comparison: the same space, but each tool also adds what it brings itself
   (demos, its own instructions) where the space declares none.
 
@@ -17,7 +20,7 @@ Two modes, one space (the `--space` file, else the task's default space) given t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from prompttune.comparing.fairness import Check
 from prompttune.core.errors import UserError
@@ -34,6 +37,9 @@ WRITES = {INSTRUCTION: "writes its own instruction", DEMOS: "chooses its own dem
 SPEC_FIELDS = frozenset(f.name for f in fields(PromptSpec))
 
 
+LISTED, WRITTEN, BOOTSTRAPPED = "listed values", "written by a model", "bootstrapped demos"
+
+
 @dataclass(frozen=True)
 class Reach:
     """What an arm can change in a prompt.
@@ -46,6 +52,11 @@ class Reach:
     lists: bool = False
     writes: tuple[str, ...] = ()
     holds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def sources(self, aspects: Sequence[str]) -> tuple[str, ...]:
+        """Where its candidates come from, when it may change `aspects` (the "candidates from" column)."""
+        return ((LISTED,) if self.lists else ()) + tuple(
+            {INSTRUCTION: WRITTEN, DEMOS: BOOTSTRAPPED}[a] for a in self.writes if a in aspects)
 
 
 REACH: dict[str, Reach] = {
@@ -78,45 +89,72 @@ class Coverage:
 
     arm: str
     space: str
-    space_hash: str
+    space_hash: str  # of the space the arm is given (same-space: the shared dimensions only)
     searched: tuple[str, ...]
     held: tuple[str, ...]
     held_fields: frozenset[str]  # PromptSpec fields every pick must share with the baseline
     options: dict[str, Any]  # the options that hold written aspects the space does not declare
-
+    dimensions: list[str] | None = None  # same-space: the dimensions every arm searches (the arm's config)
+    sources: tuple[str, ...] = ()  # where its candidates come from
     def keeps_held(self, pick: PromptSpec, baseline: PromptSpec) -> bool:
         return all(getattr(pick, name) == getattr(baseline, name) for name in self.held_fields)
 
     def to_dict(self) -> dict[str, Any]:
         return {"space": self.space, "space_hash": self.space_hash, "searched": list(self.searched),
-                "held": list(self.held), "held_fields": sorted(self.held_fields), "options": self.options}
+                "held": list(self.held), "held_fields": sorted(self.held_fields), "options": self.options,
+                "dimensions": self.dimensions, "sources": list(self.sources)}
 
 
 def plan_coverage(arms: list[str], space: SearchSpace, mode: str,
                   options: Mapping[str, Mapping[str, Any]]) -> dict[str, Coverage]:
-    """Each arm's coverage of `space` in `mode`; a same-space arm that would search nothing, or
-    could not be held to the space, is one UserError before any model is loaded."""
+    """Each arm's coverage of `space` in `mode`; a same-space arm that would search nothing, could
+    not be held to the space, or shares no dimension with the others, is one UserError before any
+    model is loaded."""
     if mode not in MODES:
         raise UserError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
-    declared = {aspect_of(d) for d in space.dimensions} - {None}
-    return {arm: _coverage(arm, REACH[arm], space, declared, mode, options.get(arm, {})) for arm in arms}
+    if mode == "native":
+        return {arm: _coverage(arm, space, mode, options.get(arm, {}), None) for arm in arms}
+    alone = {arm: _coverage(arm, space, mode, options.get(arm, {}), None) for arm in arms}
+    reach = {arm: {d.name for d in _searchable(REACH[arm], space)} for arm in arms}
+    shared = [d.name for d in space.dimensions if all(d.name in names for names in reach.values())]
+    if not shared:
+        each = "; ".join(f"{arm}: {', '.join(c.searched)}" for arm, c in alone.items())
+        raise UserError(f"same-space mode: no dimension of space {space.name!r} can be searched by every arm ({each}); "
+                        f"compare arms that share one, or use --mode native")
+    return {arm: _coverage(arm, space, mode, options.get(arm, {}), shared) for arm in arms}
 
 
-def _coverage(arm: str, reach: Reach, space: SearchSpace, declared: set[str | None], mode: str,
-              given: Mapping[str, Any]) -> Coverage:
+def _searchable(reach: Reach, space: SearchSpace) -> list[Dimension]:
+    return [d for d in space.dimensions if reach.lists or aspect_of(d) in reach.writes]
+
+
+def touched_fields(space: SearchSpace, names: Sequence[str]) -> frozenset[str]:
+    """PromptSpec fields that some single change of a dimension in `names` changes (from the baseline);
+    few-shot dimensions set the demos (built, they would need the train split bound)."""
+    base = space.default_candidate().spec
+    touched: set[str] = set()
+    for name in names:
+        if aspect_of(space.dimension(name)) == DEMOS:
+            touched |= ASPECT_FIELDS[DEMOS]
+            continue
+        for index in range(len(space.dimension(name).values)):
+            assignment = {**space.default, name: index}
+            if space.is_valid(assignment):
+                spec = space.build(assignment).spec
+                touched |= {f for f in SPEC_FIELDS if getattr(spec, f) != getattr(base, f)}
+    return frozenset(touched)
+
+
+def _coverage(arm: str, space: SearchSpace, mode: str, given: Mapping[str, Any], shared: list[str] | None) -> Coverage:
+    reach = REACH[arm]
+    dims = [d for d in _searchable(reach, space) if shared is None or d.name in shared]
+    declared = {aspect_of(d) for d in dims} - {None}
     used = [a for a in reach.writes if mode == "native" or a in declared]
     held_aspects = [a for a in reach.writes if a not in used]
-    searched, held = [], []
-    for dim in space.dimensions:
-        aspect = aspect_of(dim)
-        if aspect in used:
-            searched.append(f"{dim.name} ({WRITES[aspect]})")
-        elif reach.lists:
-            searched.append(dim.name)
-        else:
-            held.append(dim.name)
+    searched = [f"{d.name} ({WRITES[aspect_of(d)]})" if aspect_of(d) in used else d.name for d in dims]
+    held = [d.name for d in space.dimensions if d not in dims]
     searched += [f"{WRITES[a]} (the space declares no {a})" for a in used if a not in declared]
-    held += [f"{a} (the space declares none)" for a in held_aspects]
+    held += [f"{a} (the space declares none)" for a in held_aspects if a not in {aspect_of(d) for d in space.dimensions}]
     if not searched:
         raise UserError(f"{arm} only {' and '.join(WRITES[a] for a in reach.writes) or 'picks listed values'}, "
                         f"and space {space.name!r} declares no dimension for that: in same-space mode it would "
@@ -124,7 +162,8 @@ def _coverage(arm: str, reach: Reach, space: SearchSpace, declared: set[str | No
     hold_options: dict[str, Any] = {}
     for aspect in held_aspects:
         if aspect not in reach.holds:
-            raise UserError(f"{arm} always {WRITES[aspect]}, and space {space.name!r} declares no {aspect}: "
+            raise UserError(f"{arm} always {WRITES[aspect]}, and space {space.name!r} declares no {aspect}"
+                            f"{' every arm can search' if aspect in {aspect_of(d) for d in space.dimensions} else ''}: "
                             f"same-space mode cannot hold it at the baseline (use --mode native, or a --space "
                             f"that declares {aspect})")
         for key, value in reach.holds[aspect].items():
@@ -133,10 +172,12 @@ def _coverage(arm: str, reach: Reach, space: SearchSpace, declared: set[str | No
                                 f"{space.name!r} does not declare (same-space mode holds it at the baseline: drop "
                                 f"the option or use --mode native)")
             hold_options[key] = value
-    free = SPEC_FIELDS if reach.lists else frozenset().union(*(ASPECT_FIELDS[a] for a in used))
+    free = touched_fields(space, [d.name for d in dims]) if reach.lists else frozenset()
+    free |= frozenset().union(*(ASPECT_FIELDS[a] for a in used))
     free -= frozenset().union(*(ASPECT_FIELDS[a] for a in held_aspects))
-    return Coverage(arm, space.name, space.fingerprint(), tuple(searched), tuple(held), SPEC_FIELDS - free,
-                    hold_options)
+    given_space = space.searching_only(shared) if shared is not None else space
+    return Coverage(arm, space.name, given_space.fingerprint(), tuple(searched), tuple(held), SPEC_FIELDS - free,
+                    hold_options, shared, reach.sources(used))
 
 
 def coverage_check(runs: list["ArmRun"], coverage: Mapping[int, Mapping[str, Coverage]]) -> Check:

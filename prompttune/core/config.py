@@ -32,6 +32,8 @@ class RunConfig(BackendConfig):
     task: str = "agnews"
     data_dir: str | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
     space: str | None = Field(None, description="search-space file; default: the task's built-in space")
+    dimensions: list[str] | None = Field(None, description="search only these dimensions of the space; hold the "
+                                                           "rest at the baseline (compare's same-space mode)")
     optimizer: str = Field("sh", description="default: successive halving, the least grid regret at the default "
                                              "budget (benchmarks/grid_regret.py; README \"Grid regret\")")
     optimizer_options: dict[str, Any] = Field(default_factory=dict)

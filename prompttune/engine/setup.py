@@ -63,11 +63,15 @@ def search_context(config: RunConfig, task: Task, space: SearchSpace, objective:
 
 
 def load_space(config: RunConfig, task: Task) -> SearchSpace:
+    """The space the run searches: the `--space` file or the task's built-in space, with only
+    `config.dimensions` searchable when it names some."""
     if config.space is None:
-        return default_space(task)
-    from prompttune.search_spaces.loader import load_space_file
+        space = default_space(task)
+    else:
+        from prompttune.search_spaces.loader import load_space_file
 
-    return load_space_file(config.space, task)
+        space = load_space_file(config.space, task)
+    return space.searching_only(config.dimensions) if config.dimensions is not None else space
 
 
 def check_paths(runs_dir: str, cache: str | None) -> None:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from prompttune.comparing.arms import DSPY_ARMS, ArmRun
-from prompttune.comparing.coverage import MODES
+from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores, SeedPair
 from prompttune.reports import ci_text
@@ -47,18 +47,24 @@ def spend_cells(spend: dict) -> list[str]:
     return [f"{spend['calls_mean']:.0f} / {spend['calls_max']}", f"{spend['tokens_mean']:.0f} / {spend['tokens_max']}"]
 
 
-def _row(s: ArmSummary) -> list[str]:
+def _row(s: ArmSummary, coverage: Coverage) -> list[str]:
     devs = [r.best_dev for r in s.runs if r.best_dev is not None]
     return [s.arm, *_scores(s.guarded), *_scores(s.raw), _p_list(s),
             f"{s.significant}/{len(s.runs)}", f"{mean(devs):.3f}" if devs else "–",
-            *spend_cells(asdict(Spend.of(s.runs))), f"{mean(r.wall_seconds for r in s.runs):.0f}"]
+            *spend_cells(asdict(Spend.of(s.runs))), f"{mean(r.wall_seconds for r in s.runs):.0f}",
+            *coverage_cells(coverage.to_dict())]
+
+
+def coverage_cells(coverage: dict) -> list[str]:
+    """The "searched" and "candidates from" columns, from `Coverage.to_dict()` (as summary.json stores it)."""
+    return [", ".join(coverage["searched"]), ", ".join(coverage["sources"])]
 
 
 HEADER = ["optimizer", "guarded: test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
           "raw pick: test acc (mean)", "95% CI", "gain vs baseline", "gain 95% CI",
           "McNemar p per seed (uncorrected→BH)", "seeds sig. better", "dev (selected)", "search calls mean / max",
-          "search tokens mean / max", "wall s (mean)"]
-TERMINAL = (0, 1, 2, 5, 6, 10, 12, 13, 14)  # the columns that fit a terminal; report.md has them all
+          "search tokens mean / max", "wall s (mean)", "searched", "candidates from"]
+TERMINAL = (0, 1, 2, 5, 6, 10, 12, 13, 14, 15, 16)  # the columns that fit a terminal; report.md has them all
 
 
 def _caps_text(caps: list[Cap]) -> str:
@@ -185,7 +191,7 @@ def write_report(comparison: "Comparison") -> None:
         f"the baseline on the same test examples, Benjamini–Hochberg-corrected across arms within each seed. "
         f"'Seeds sig. better' counts seeds with a positive gain and corrected p < 0.05.",
         "",
-        *_table(HEADER, [_row(s) for s in c.summaries]),
+        *_table(HEADER, [_row(s, c.coverage[s.arm]) for s in c.summaries]),
         "",
         "## Per seed",
         "",
@@ -262,7 +268,7 @@ def print_summary(comparison: "Comparison", console: Console) -> None:
     for i in TERMINAL:
         table.add_column(HEADER[i], justify="left" if i == 0 else "right")
     for s in c.summaries:
-        row = _row(s)
+        row = _row(s, c.coverage[s.arm])
         table.add_row(*(row[i] for i in TERMINAL))
     console.print(table)
     seeds = Table(title="per seed")

@@ -136,6 +136,17 @@ class SearchSpace:
     def dimension(self, name: str) -> Dimension:
         return self._by_name[name]
 
+    def searching_only(self, names: Sequence[str]) -> "SearchSpace":
+        """The same space with every dimension not in `names` held at its baseline value (one value
+        left), so its rules, candidate ids and baseline stay those of the full space."""
+        if unknown := [n for n in names if n not in self._by_name]:
+            raise UserError(f"space {self.name!r} has no dimension {', '.join(map(repr, unknown))} "
+                            f"(it has: {', '.join(self._by_name)})")
+        held = [replace(d, values=(d.values[self.default[d.name]],)) if d.name not in names else d
+                for d in self.dimensions]
+        return replace(self, dimensions=held, default={d.name: 0 if d.name not in names else self.default[d.name]
+                                                       for d in self.dimensions})
+
     def fingerprint(self) -> str:
         """Hash of what defines the candidates (name, baseline spec, dimensions with their values,
         default, rules), so two runs can show they searched the same space."""

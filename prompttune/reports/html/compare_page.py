@@ -12,6 +12,7 @@ from prompttune.reports.compare_report import (
     MODE_TEXT,
     SEED_HEADER,
     SEED_PAIR_HEADER,
+    coverage_cells,
     seed_pair_cells,
     spend_cells,
 )
@@ -26,7 +27,8 @@ def _scores(scores: dict) -> list[str]:
 def _arm_rows(summary: dict) -> list[list[object]]:
     return [[a["arm"], *_scores(a["guarded"]), *_scores(a["raw"]),
              f"{sum(p < 0.05 and r['confirmation']['gain'] > 0 for p, r in zip(a['p_bh'], a['runs']))}"
-             f"/{len(a['runs'])}", *spend_cells(a["spend"]), a["interval"]] for a in summary["arms"]]
+             f"/{len(a['runs'])}", *spend_cells(a["spend"]), *coverage_cells(a["coverage"]), a["interval"]]
+            for a in summary["arms"]]
 
 
 def _coverage_rows(summary: dict) -> list[list[object]]:
@@ -79,8 +81,8 @@ def compare_page(run_dir: Path) -> str:
                      "it ships after the verdict protocol (the raw pick if confirmed on test, else the baseline), "
                      "both from the calls its verdict made. p-values: exact McNemar of what each seed ships against "
                      "the baseline, Benjamini–Hochberg-corrected across arms within each seed."),
-                table([*HEADER[:9], HEADER[10], HEADER[12], HEADER[13], "interval"], _arm_rows(summary),
-                      (1, 3, 5, 7, 9, 10, 11))),
+                table([*HEADER[:9], HEADER[10], HEADER[12], HEADER[13], HEADER[15], HEADER[16], "interval"],
+                      _arm_rows(summary), (1, 3, 5, 7, 9, 10, 11))),
         section("Per seed",
                 table([*SEED_HEADER, "guarded gain [paired bootstrap CI]", "b / c", "McNemar p", "p (BH)",
                        "dev (selected)", "wall s", "run"], _seed_rows(summary, run_dir),
