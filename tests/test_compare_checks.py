@@ -119,12 +119,13 @@ def random_stops_early_at_seed_1(tmp_path_factory: pytest.TempPathFactory) -> tu
         patch.setattr(RandomSearch, "ask", lambda self: None if self.context.seed == 1 and self._scored else ask(self))
         config = oracle_config(tmp_path)
         result = run_compare(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config),
-                             console=Console(file=console, width=250), progress=True)
+                             console=Console(file=console, width=250), progress=True, allow_underspend=True)
     return result, console.getvalue()
 
 
-def test_an_arm_that_stops_early_is_flagged_with_its_spend(random_stops_early_at_seed_1) -> None:
-    result, console = random_stops_early_at_seed_1
+def test_an_arm_that_stops_early_fails_the_matched_budget_check_unless_allowed(
+        random_stops_early_at_seed_1, tmp_path: Path) -> None:
+    result, console = random_stops_early_at_seed_1  # with --allow-underspend: a warning
     check = _check(result, "every arm spent at least 90%")
     assert check.status == "warning" and check.detail == "random s1: 60/300 calls (20%)"
     assert not _failed(result)  # a warning fails nothing
@@ -133,6 +134,12 @@ def test_an_arm_that_stops_early_is_flagged_with_its_spend(random_stops_early_at
     assert "⚠ WARNING every arm spent at least 90% of its 300-calls cap (random s1: 60/300 calls (20%))" in console
     page = (result.run_dir / "report.html").read_text()
     assert '<li class="warn">⚠ WARNING every arm spent at least 90%' in page
+    ask = RandomSearch.ask
+    with pytest.MonkeyPatch.context() as patch:  # without it, the same comparison fails that check
+        patch.setattr(RandomSearch, "ask", lambda self: None if self._scored else ask(self))
+        config = oracle_config(tmp_path)
+        strict = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
+    assert _check(strict, "every arm spent at least 90%").status == "failed"
 
 
 def test_the_report_shows_mean_and_max_spend_per_arm(random_stops_early_at_seed_1) -> None:
@@ -195,7 +202,8 @@ def test_a_token_cap_refuses_the_request_that_would_pass_it_before_the_model_see
 
 def test_match_tokens_caps_and_checks_tokens(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget_tokens=4000)
-    result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens")
+    result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens",
+                         allow_underspend=True)
     assert [(cap.unit, cap.limit) for cap in result.caps] == [("tokens", 4000), ("calls", 300)]
     assert all(r.search.tokens <= 4000 and r.search.calls < 300 for r in result.runs)  # tokens bind, not calls
     assert all(r.stopped_by_budget for r in result.runs)
@@ -226,8 +234,10 @@ class BoundsByBytes(CountingBackend):
 
 def test_match_tokens_holds_on_a_backend_that_bounds_tokens_by_bytes(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget_tokens=4000)
-    loose = run_compare(config, ["random", "sh"], [0], {}, backend=BoundsByBytes(oracle_for(config)), match="tokens")
-    exact = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens")
+    loose = run_compare(config, ["random", "sh"], [0], {}, backend=BoundsByBytes(oracle_for(config)), match="tokens",
+                        allow_underspend=True)
+    exact = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens",
+                        allow_underspend=True)
     assert all(r.search.tokens <= 4000 and r.stopped_by_budget for r in loose.runs)
     assert not _failed(loose)  # served equals charged, tokens included, and the cap holds
     # The loose reserve refuses requests the exact one lets run: the arms stop further short of the cap.

@@ -43,6 +43,7 @@ def _compare(args: argparse.Namespace) -> int:
             runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
         result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)),
                              parse_options(args.option), mode=args.mode, match=args.match,
+                             allow_underspend=args.allow_underspend,
                              progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
     if failed:
@@ -76,6 +77,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                               "with and a ceiling: set it above what the token cap buys)")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.auto=medium (repeatable)")
+    compare.add_argument("--allow-underspend", action="store_true",
+                         help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "
                          "(its own settings; finished arms are read back, the others resumed, paid calls charged once)")
     compare.set_defaults(handler=_compare)

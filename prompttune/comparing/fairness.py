@@ -6,7 +6,9 @@ code that enforced the rule, so that a broken rule shows as a failed check:
   ledger less the shared-cache hits its metered view charged (they reached no model). An arm that
   asks the model behind its ledger, or a ledger that charges calls nobody made, fails the check.
 - Caps. What the model served plus the charged cache hits, against the cap. An arm that left more
-  than a tenth of the matched cap unspent is flagged (a warning: it was not out-searched, it stopped).
+  than a tenth of the matched cap unspent fails the matched-budget check (it was not out-searched,
+  it stopped): optimizers are compared at equal spend, or the comparison says it was not
+  (`--allow-underspend` turns the failure into a warning).
 - The same question. Hashes of each arm's baseline prompt spec and of the test example ids its
   verdict scored: one hash of each for all arms.
 - Isolation. It is structural: an arm's search evaluator is built over `task.without_test()`, so a
@@ -204,13 +206,14 @@ def _cap_check(cap: Cap, runs: list["ArmRun"]) -> Check:
                  f"hits)", not over, ", ".join(over) or f"max {max(cap.served(r) for r in runs)} {cap.unit}")
 
 
-def _full_spend_check(cap: Cap, runs: list["ArmRun"]) -> Check:
+def _full_spend_check(cap: Cap, runs: list["ArmRun"], allow_underspend: bool) -> Check:
     def share(r: "ArmRun") -> str:
         return f"{_name(r)}: {cap.charged(r)}/{cap.limit} {cap.unit} ({cap.charged(r) / cap.limit:.0%})"
 
     low = [share(r) for r in runs if cap.charged(r) < FULL_SPEND * cap.limit]
     return Check(f"every arm spent at least {FULL_SPEND:.0%} of its {cap.limit}-{cap.unit} cap", not low,
-                 ", ".join(low) or f"least: {share(min(runs, key=cap.charged))}", level="warning")
+                 ", ".join(low) or f"least: {share(min(runs, key=cap.charged))}",
+                 level="warning" if allow_underspend else "error")
 
 
 def _same_within_seeds(claim: str, runs: list["ArmRun"], value: Callable[["ArmRun"], object]) -> Check:
@@ -234,8 +237,9 @@ def _distinct_draws_check(tasks: Mapping[int, Task]) -> Check:
 
 
 def fairness_checks(tasks: Mapping[int, Task], runs: list["ArmRun"], caps: list[Cap], verdict_calls: int,
-                    watch: ModelWatch) -> list[Check]:
-    """`tasks`: each seed's data draw; `caps`: the matched cap first (`caps_of`)."""
+                    watch: ModelWatch, allow_underspend: bool = False) -> list[Check]:
+    """`tasks`: each seed's data draw; `caps`: the matched cap first (`caps_of`); `allow_underspend`
+    makes an arm under 90% of the cap a warning rather than a failed check."""
     ids = {seed: {name: {ex.id for ex in task.splits[name]} for name in ("train", "dev", "test")}
            for seed, task in tasks.items()}
     overlapping = [f"s{seed}" for seed, split in ids.items()
@@ -247,7 +251,7 @@ def fairness_checks(tasks: Mapping[int, Task], runs: list["ArmRun"], caps: list[
         *([_distinct_draws_check(tasks)] if len(tasks) > 1 else []),
         _served_check(runs),
         *(_cap_check(cap, runs) for cap in caps),
-        _full_spend_check(caps[0], runs),
+        _full_spend_check(caps[0], runs, allow_underspend),
     ]
     leaks = [f"{_name(r)}: {r.served.leaks}" for r in runs if r.served.leaks]
     checks.append(Check("no search-time model request quoted a test example of its seed", not leaks,

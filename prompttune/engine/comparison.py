@@ -152,7 +152,7 @@ def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]]
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                 backend: Backend | None = None, console: Console | None = None,
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
-                resume_dir: Path | None = None, progress: bool = False) -> Comparison:
+                resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False) -> Comparison:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -160,7 +160,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     ceiling). With `resume_dir` (an interrupted comparison), finished arms are read back and the
     others resumed or restarted. `progress` (the CLI) shows each arm's progress and summary, and lets
     a first SIGINT/SIGTERM finish the arm's trial in flight and write its interim report; a library
-    call prints nothing and leaves signals alone."""
+    call prints nothing and leaves signals alone. An arm that spent under 90% of the matched cap fails
+    the matched-budget check unless `allow_underspend`."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     if match == "tokens" and config.budget_tokens is None:
@@ -176,7 +177,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first[1].name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
-         "match": match}, indent=2))
+         "match": match, "allow_underspend": allow_underspend}, indent=2))
     reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
@@ -208,7 +209,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         shared.close()
     summaries = summarize(runs, arms, seeds)
     tasks = {seed: bench.task for seed, bench in benches.items()}
-    checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch),
+    checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
     comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d[0].split_seed for s, d in draws.items()},
                             first[3], runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
@@ -235,5 +236,6 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
     RUN_DIR.set(run_dir)
     return run_compare(RunConfig.model_validate(saved["run"]), saved["optimizers"], saved["seeds"], saved["options"],
                        backend, console, mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
+                       allow_underspend=saved.get("allow_underspend", False),
                        progress=progress)
 
