@@ -214,3 +214,17 @@ def test_raw_and_guarded_differ_when_the_raw_pick_is_not_confirmed_and_cost_no_e
     # The raw pick's test figures are the verdict's own: baseline and raw pick on test, nothing more.
     assert run.confirm_calls == 2 * c.config.test_size
     assert backend.calls == run.search.calls + run.confirm_calls
+
+
+def test_native_demos_let_the_grid_searchers_try_demos(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    c = run_compare(config, ["random"], [0], {}, backend=oracle_for(config), console=QUIET, mode="native",
+                    native_demos=4, allow_underspend=True)
+    assert "few_shot.k" in c.coverage["random"].searched
+    run_dir = c.runs[0].run_dir
+    assert json.loads((run_dir / "config.json").read_text())["native_demos"] == 4
+    ks = {json.loads(line)["dimensions"]["few_shot.k"] for line in (run_dir / "trials.jsonl").read_text().splitlines()}
+    assert ks <= {0, 2, 4} and ks - {0}  # it tried prompts with demos
+    assert len(c.runs[0].raw.demo_ids) in ks and all(check.status != "failed" for check in c.checks)
+    with pytest.raises(UserError, match="--native-demos adds demos .* it needs --mode native"):
+        run_compare(config, ["random"], [0], {}, backend=oracle_for(config), native_demos=4)

@@ -43,7 +43,7 @@ def _compare(args: argparse.Namespace) -> int:
             runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
         result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)),
                              parse_options(args.option), mode=args.mode, match=args.match,
-                             allow_underspend=args.allow_underspend,
+                             allow_underspend=args.allow_underspend, native_demos=args.native_demos,
                              progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
     if failed:
@@ -77,6 +77,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                               "with and a ceiling: set it above what the token cap buys)")
     compare.add_argument("--option", action="append", default=[], metavar="OPTIMIZER.KEY=VALUE",
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.auto=medium (repeatable)")
+    compare.add_argument("--native-demos", type=int, default=0, metavar="K",
+                         help="native mode: add few-shot k in {0, 2, ..., K} to a space that declares no demos, so "
+                              "every prompttune arm can try demos as DSPy's do (default 0: none)")
     compare.add_argument("--allow-underspend", action="store_true",
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "

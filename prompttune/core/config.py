@@ -34,6 +34,8 @@ class RunConfig(BackendConfig):
     space: str | None = Field(None, description="search-space file; default: the task's built-in space")
     dimensions: list[str] | None = Field(None, description="search only these dimensions of the space; hold the "
                                                            "rest at the baseline (compare's same-space mode)")
+    native_demos: int = Field(0, ge=0, description="add few-shot k in {0, 2, ..., K} to a space that declares no "
+                                                   "demos (compare --mode native --native-demos K)")
     optimizer: str = Field("sh", description="default: successive halving, the least grid regret at the default "
                                              "budget (benchmarks/grid_regret.py; README \"Grid regret\")")
     optimizer_options: dict[str, Any] = Field(default_factory=dict)

@@ -152,7 +152,8 @@ def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]]
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                 backend: Backend | None = None, console: Console | None = None,
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
-                resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False) -> Comparison:
+                resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False,
+                native_demos: int = 0) -> Comparison:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -161,11 +162,15 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     others resumed or restarted. `progress` (the CLI) shows each arm's progress and summary, and lets
     a first SIGINT/SIGTERM finish the arm's trial in flight and write its interim report; a library
     call prints nothing and leaves signals alone. An arm that spent under 90% of the matched cap fails
-    the matched-budget check unless `allow_underspend`."""
+    the matched-budget check unless `allow_underspend`. `native_demos` K (native mode only) adds few-shot
+    k ∈ {0, 2, …, K} to a space that declares no demos, so grid searchers can try demos too."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     if match == "tokens" and config.budget_tokens is None:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
+    if native_demos and mode != "native":
+        raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
+    config = config.model_copy(update={"native_demos": native_demos})
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
@@ -234,8 +239,9 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
     if not isinstance(saved, dict) or not {"run", "optimizers", "seeds", "options", "mode", "match"} <= saved.keys():
         raise UserError(f"{run_dir} is not a compare run directory (its config.json is an optimize run's?)")
     RUN_DIR.set(run_dir)
-    return run_compare(RunConfig.model_validate(saved["run"]), saved["optimizers"], saved["seeds"], saved["options"],
-                       backend, console, mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
-                       allow_underspend=saved.get("allow_underspend", False),
-                       progress=progress)
+    config = RunConfig.model_validate(saved["run"])
+    return run_compare(config, saved["optimizers"], saved["seeds"], saved["options"], backend, console,
+                       mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
+                       allow_underspend=saved.get("allow_underspend", False), progress=progress,
+                       native_demos=config.native_demos)
 

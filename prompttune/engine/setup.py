@@ -63,14 +63,16 @@ def search_context(config: RunConfig, task: Task, space: SearchSpace, objective:
 
 
 def load_space(config: RunConfig, task: Task) -> SearchSpace:
-    """The space the run searches: the `--space` file or the task's built-in space, with only
-    `config.dimensions` searchable when it names some."""
+    """The space the run searches: the `--space` file or the task's built-in space, with few-shot
+    demos added up to `config.native_demos` where it declares none, and only `config.dimensions`
+    searchable when it names some."""
     if config.space is None:
         space = default_space(task)
     else:
         from prompttune.search_spaces.loader import load_space_file
 
         space = load_space_file(config.space, task)
+    space = space.with_demos(config.native_demos)
     return space.searching_only(config.dimensions) if config.dimensions is not None else space
 
 

@@ -136,6 +136,17 @@ class SearchSpace:
     def dimension(self, name: str) -> Dimension:
         return self._by_name[name]
 
+    def with_demos(self, most: int) -> "SearchSpace":
+        """The space with a few-shot dimension k ∈ {0, 2, 4, …, most} (random train demos) added, where
+        it declares none: how `compare --mode native --native-demos K` lets grid searchers try demos."""
+        from prompttune.search_spaces.demos import FewShot
+
+        if most < 1 or any(d.kind == "few_shot" for d in self.dimensions):
+            return self
+        ks = tuple(sorted({0, *range(2, most + 1, 2), most}))
+        return replace(self, dimensions=[*self.dimensions, Dimension("few_shot.k", ks, "part:few_shot.k", "few_shot", "k")],
+                       default={**self.default, "few_shot.k": 0}, composers=[*self.composers, FewShot()])
+
     def searching_only(self, names: Sequence[str]) -> "SearchSpace":
         """The same space with every dimension not in `names` held at its baseline value (one value
         left), so its rules, candidate ids and baseline stay those of the full space."""
