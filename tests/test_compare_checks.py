@@ -21,7 +21,7 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import GenerateRequest
 from prompttune.engine import study
-from prompttune.engine.comparison import Comparison, run_compare
+from prompttune.engine.comparison import Comparison, pick_at, run_compare
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -251,3 +251,22 @@ def test_match_tokens_without_a_token_cap_is_one_line_and_exit_code_2(
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == "error: --match tokens needs --budget-tokens: the token cap every arm is matched on"
     assert not (tmp_path / "runs").exists()
+
+
+def test_accuracy_at_equal_spend_tests_each_arms_pick_at_the_smallest_spend(random_stops_early_at_seed_1) -> None:
+    result, _ = random_stops_early_at_seed_1
+    e = result.equal_spend
+    assert (e.unit, e.spend) == ("calls", 60)  # random s1 stopped after the baseline's 60 calls
+    assert set(e.accuracy) == {"random", "sh"} and all(set(seeds) == {0, 1} for seeds in e.accuracy.values())
+    stopped = next(r for r in result.runs if (r.arm, r.seed) == ("random", 1))
+    assert e.accuracy["random"][1] == stopped.raw_confirmation.best_accuracy  # its pick at 60 calls is its last
+    for run in result.runs:  # a pick at 60 calls is a leader the run had by then, or the baseline
+        pick = pick_at(run, 60, "calls")
+        assert pick == run.baseline or any(spec == pick and calls <= 60 for calls, _, spec in run.leaders)
+    assert pick_at(replace(stopped, leaders=[(10, 0, stopped.raw), (90, 0, stopped.baseline)]), 60, "calls") == stopped.raw
+    assert pick_at(replace(stopped, leaders=[(90, 0, stopped.raw)]), 60, "calls") == stopped.baseline
+    report = (result.run_dir / "report.md").read_text()
+    assert "## Accuracy at equal spend" in report and "once it had spent 60 calls" in report
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["equal_spend"]["spend"] == 60 and len(summary["equal_spend"]["arms"]) == 2
+    assert "<h2>Accuracy at equal spend" in (result.run_dir / "report.html").read_text()

@@ -102,6 +102,7 @@ class ArmRun:
     notes: list[str]
     served: Served  # what the model served to the search, counted at the model
     test_ids: tuple[str, ...]  # the test examples its verdict scored
+    leaders: list[tuple[int, int, PromptSpec]] = field(default_factory=list)  # (calls, tokens, pick) at each change
     test_correct: list[bool] = field(default_factory=list)  # the winner on each test example
 
 

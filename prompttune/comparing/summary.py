@@ -98,6 +98,23 @@ class SeedPair:
     p_cmh_bh: float | None = None
 
 
+@dataclass
+class EqualSpend:
+    """Each arm's dev pick at the smallest spend any arm-seed reached, tested on its seed's test split
+    (raw: no verdict), per arm and seed; `calls`: what those tests asked the model (cache misses)."""
+
+    unit: str
+    spend: int
+    accuracy: dict[str, dict[int, float]]
+    calls: int
+
+    def interval(self, arm: str) -> tuple[float, tuple[float, float]]:
+        """Mean over seeds and its Student-t 95% interval (the value itself for one seed)."""
+        values = list(self.accuracy[arm].values())
+        centre = mean(values)
+        return centre, t_interval(values, (0.0, 1.0)) if len(values) > 1 else (centre, centre)
+
+
 def _scores(confirmations: list[Confirmation]) -> tuple[Scores, str]:
     accs = [c.best_accuracy for c in confirmations]
     gains = [c.gain for c in confirmations]

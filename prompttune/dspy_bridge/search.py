@@ -53,6 +53,7 @@ class SelectionTracker:
         self.scores: dict[PromptSpec, float] = {}
         self.best: tuple[PromptSpec, float] | None = None
         self.anytime: list[tuple[int, float]] = []
+        self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each best took over
 
     def observe(self, spec: PromptSpec, record: Record) -> None:
         if record.example_id not in self.selection_ids or spec in self.scores:
@@ -65,6 +66,7 @@ class SelectionTracker:
         self.scores[spec] = score
         if self.best is None or score > self.best[1]:
             self.best = (spec, score)
+            self.leaders.append((self.ledger.calls, self.ledger.tokens, spec))
         self.anytime.append((self.ledger.calls, self.best[1]))
         self.storage.append({"number": len(self.scores) - 1, "purpose": "full selection set", "n": len(seen),
                              "accuracy": score, "instruction": spec.instruction,
@@ -133,7 +135,7 @@ class DspySearch:
             leader_dev_score=dev_score, leader_dev_n=n if not math.isnan(dev_score) else 0,
             baseline_dev_score=baseline_score, baseline_dev_n=n if not math.isnan(baseline_score) else 0,
             n_trials=len(tracker.scores), n_candidates=len(tracker.scores), stopped_by_budget=program is None,
-            anytime=tracker.anytime, notes=notes)
+            anytime=tracker.anytime, notes=notes, leaders=tracker.leaders)
 
     def save_program(self, spec: PromptSpec, path: Path) -> None:
         """The shipped prompt as DSPy's own saved program (what `dspy.Predict.load` reads)."""

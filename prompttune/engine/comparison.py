@@ -22,7 +22,7 @@ from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
 from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, fairness_checks
 from prompttune.comparing.plot import plot_anytime
-from prompttune.comparing.summary import ArmSummary, PairTest, SeedPair, pairwise, seed_pairs, summarize
+from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedPair, pairwise, seed_pairs, summarize
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import RunInterrupted, resumable_outage
@@ -47,6 +47,7 @@ from prompttune.reports.compare_report import print_summary, write_report
 from prompttune.reports.html.facts import run_status
 from prompttune.reports.html_report import write_html_report
 from prompttune.search_spaces import SearchSpace
+from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 
 
@@ -80,7 +81,7 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -
                   confirm_calls=result.confirm_ledger.calls, foreign_calls=search.foreign_calls,
                   foreign_tokens=search.foreign_tokens, anytime=anytime, stopped_by_budget=outcome.stopped_by_budget,
                   wall_seconds=result.wall_seconds, notes=[*outcome.notes, f"Verdict: {verdict.summary()}."],
-                  served=bench.backend.served(start, stop), test_ids=verdict.test_ids)
+                  served=bench.backend.served(start, stop), test_ids=verdict.test_ids, leaders=outcome.leaders)
 
 
 def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, int], Path]:
@@ -112,6 +113,7 @@ class Comparison:
     caps: list[Cap]  # the matched cap first
     checks: list[Check]
     wall_seconds: float
+    equal_spend: EqualSpend | None = None
 
 
 def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
@@ -127,6 +129,29 @@ def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
                               scoring=bench.config.scoring)
         run.test_correct = [r.correct for r in evaluator.evaluate(run.best, [ex.id for ex in test])]
     return ledger.calls
+
+
+def pick_at(run: ArmRun, spend: int, unit: str) -> PromptSpec:
+    """The arm's dev pick once it had spent `spend` (its leader then), else the baseline."""
+    at = 0 if unit == "calls" else 1
+    picks = [leader[2] for leader in run.leaders if leader[at] <= spend]
+    return picks[-1] if picks else run.baseline
+
+
+def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> EqualSpend:
+    """Every arm-seed's dev pick at the smallest spend any arm-seed reached, tested (raw, no verdict)
+    on its seed's test split: what each arm would have shipped had they all stopped there."""
+    spend = min(cap.charged(r) for r in runs)
+    ledger = BudgetLedger()
+    accuracy: dict[str, dict[int, float]] = {}
+    for run in runs:
+        bench = benches[run.seed]
+        test = bench.task.splits["test"]
+        evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
+                              bench.shared, ledger, scoring=bench.config.scoring)
+        records = evaluator.evaluate(pick_at(run, spend, cap.unit), [ex.id for ex in test])
+        accuracy.setdefault(run.arm, {})[run.seed] = sum(r.correct for r in records) / len(records)
+    return EqualSpend(cap.unit, spend, accuracy, ledger.calls)
 
 
 def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
@@ -205,6 +230,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                               f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
                               f"{caps[0].charged(runs[-1])}/{caps[0].limit} {caps[0].unit}")
         verdict_calls = _rescore_winners(benches, runs)
+        equal_spend = _equal_spend(benches, runs, caps[0])
     except KeyboardInterrupt:
         raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
                              f"`compare --resume {run_dir}`") from None
@@ -218,7 +244,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
     comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d[0].split_seed for s, d in draws.items()},
                             first[3], runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
-                            time.time() - started)
+                            time.time() - started, equal_spend)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)

@@ -267,6 +267,7 @@ class SearchOutcome:
     anytime: list[tuple[int, float]]
     notes: list[str]
     challenges: int = 0
+    leaders: list[tuple[int, int, PromptSpec]] = field(default_factory=list)  # (calls, tokens, spec) at each change
     sweeps: int = 0
     challenge_accepts: int = 0
     sweeps_with_accept: int = 0
@@ -292,6 +293,7 @@ class SearchDriver:
         self.number = 0
         self.seen: set[str] = set()
         self.anytime: list[tuple[int, float]] = []
+        self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each leader took over
         self.sweep_use: dict[int, int] = {}
         self.sweep_accepts: dict[int, int] = {}
 
@@ -393,10 +395,16 @@ class SearchDriver:
         if (leader := self.leader_score()) is not None:
             self.anytime.append((self.evaluator.ledger.calls, leader[0]))
             trial["best_so_far"] = leader[0]
+            self.note_leader(next(self.merged()))
         self.storage.append(trial)
         if self.on_trial:
             self.on_trial(trial)
         self.number += 1
+
+    def note_leader(self, leader: Candidate) -> None:
+        """The leader and the spend at which it took the lead (compare tests each arm's pick at equal spend)."""
+        if not self.leaders or self.leaders[-1][2] != leader.spec:
+            self.leaders.append((self.evaluator.ledger.calls, self.evaluator.ledger.tokens, leader.spec))
 
     def baseline_topup(self) -> None:
         """The baseline on the dev examples of the strategy's leader, then of the merged leader until it
@@ -433,6 +441,7 @@ class SearchDriver:
             # The strategy's last ranking came after the last trial (sh ranks its final round when asked
             # for more): the curve ends at the leader handed on.
             self.anytime.append((self.evaluator.ledger.calls, leader_score))
+        self.note_leader(ranking[0])
         return SearchOutcome(
             ranking=ranking, family=opt.family(),
             leader_dev_score=leader_score, leader_dev_n=len(leader_ids),
@@ -440,7 +449,7 @@ class SearchDriver:
             n_trials=self.number, n_candidates=len(self.seen), stopped_by_budget=stopped_by_budget,
             anytime=self.anytime, notes=opt.report_lines(), challenges=sum(self.sweep_use.values()),
             sweeps=len(self.sweep_use), challenge_accepts=sum(self.sweep_accepts.values()),
-            sweeps_with_accept=len(self.sweep_accepts), interrupted=interrupted)
+            sweeps_with_accept=len(self.sweep_accepts), interrupted=interrupted, leaders=self.leaders)
 
 
 def run_search(optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,

@@ -147,6 +147,32 @@ def _seed_pair_section(c: "Comparison") -> list[str]:
     return lines + [""]
 
 
+def _equal_spend_json(c: "Comparison") -> dict | None:
+    e = c.equal_spend
+    if e is None:
+        return None
+    return {"unit": e.unit, "spend": e.spend, "calls": e.calls,
+            "arms": [{"arm": arm, "mean": e.interval(arm)[0], "ci": e.interval(arm)[1],
+                      "per_seed": {str(seed): acc for seed, acc in e.accuracy[arm].items()}} for arm in e.accuracy]}
+
+
+EQUAL_SPEND_NOTE = ("Each arm-seed's dev pick once it had spent {spend} {unit} — the smallest spend of any arm-seed, "
+                    "the point every arm reached — tested on its seed's test split without the verdict protocol "
+                    "(raw): what each arm would have offered had all stopped there. Mean over seeds, Student-t 95% "
+                    "interval; these tests asked the model {calls} calls the verdicts had not.")
+
+
+def equal_spend_lines(e: dict | None) -> list[str]:
+    """The "accuracy at equal spend" section of report.md, from its summary.json entry."""
+    if e is None:
+        return []
+    lines = ["## Accuracy at equal spend", "", EQUAL_SPEND_NOTE.format(**e), "",
+             "| optimizer | test acc of the pick (mean) | 95% CI | per seed |", "| --- | --- | --- | --- |"]
+    lines += [f"| {a['arm']} | {a['mean']:.3f} | {ci_text(a['ci'])} | "
+              f"{', '.join(f's{seed} {acc:.3f}' for seed, acc in a['per_seed'].items())} |" for a in e["arms"]]
+    return lines + [""]
+
+
 SEED_PAIR_HEADER = ["first", "second", "keep rule", "seeds", "mean difference", "95% CI", "t-test p (BH)",
                     "sign-flip p (BH)", "CMH p (BH)"]
 
@@ -201,6 +227,7 @@ def write_report(comparison: "Comparison") -> None:
                 [[*seed_row(r), f"`{r.run_dir.relative_to(c.run_dir)}`"] for r in c.runs]),
         "",
         *_seed_pair_section(c),
+        *equal_spend_lines(_equal_spend_json(c)),
     ]
     if c.pairs:
         lines += ["## Leading arms head to head", "",
@@ -256,6 +283,7 @@ def _summary_json(c: "Comparison") -> dict:
                             "wall_seconds": r.wall_seconds, "anytime": r.anytime} for r in s.runs]}
                  for s in c.summaries],
         "seed_pairs": [_seed_pair_json(t) for t in c.seed_pairs],
+        "equal_spend": _equal_spend_json(c),
         "pairwise": [{"first": t.first, "second": t.second, "seed": t.seed, "b": t.comparison.b,
                       "c": t.comparison.c, "p": t.comparison.p_two_sided, "p_bh": t.p_bh} for t in c.pairs],
         "fairness": [{"claim": k.claim, "ok": k.ok, "status": k.status, "detail": k.detail} for k in c.checks],

@@ -7,6 +7,7 @@ from pathlib import Path
 from prompttune.core.storage import read_json
 from prompttune.reports import ci_text
 from prompttune.reports.compare_report import (
+    EQUAL_SPEND_NOTE,
     HEADER,
     MARK,
     MODE_TEXT,
@@ -87,6 +88,12 @@ def compare_page(run_dir: Path) -> str:
                 table([*SEED_HEADER, "guarded gain [paired bootstrap CI]", "b / c", "McNemar p", "p (BH)",
                        "dev (selected)", "wall s", "run"], _seed_rows(summary, run_dir),
                       (1, 2, 4, 5, 6, 7, 8, 12, 13, 14, 15))),
+        *([section("Accuracy at equal spend", para(EQUAL_SPEND_NOTE.format(**summary["equal_spend"])),
+                   table(["optimizer", "test acc of the pick (mean)", "95% CI", "per seed"],
+                         [[a["arm"], f"{a['mean']:.3f}", ci_text(a["ci"]),
+                           ", ".join(f"s{seed} {acc:.3f}" for seed, acc in a["per_seed"].items())]
+                          for a in summary["equal_spend"]["arms"]], (1,)))]
+          if summary.get("equal_spend") else []),
         section("Arms head to head across seeds",
                 para("Mean over seeds (each its own data draw) of the difference in test accuracy (first − "
                      "second), its Student-t 95% interval, a paired t-test over seeds, an exact sign-flip "
