@@ -213,6 +213,8 @@ CASES = [
     Case("compare an arm too costly for the cap", compare("--optimizers", "random,dspy-copro", "--budget", "100"),
          "dspy-copro needs at least 121 calls"),
     Case("compare no arms", compare("--optimizers", ","), "names no optimizer"),
+    Case("compare jobs 0", compare("--jobs", "0"), "--jobs must be at least 1"),
+    Case("compare native demos in same-space mode", compare("--native-demos", "4"), "it needs --mode native"),
     Case("compare option without optimizer", compare("--option", "eta=3"), "OPTIMIZER.KEY=VALUE"),
     Case("compare option of an arm not compared", compare("--option", "sh.eta=3"), "not compared: sh"),
     Case("compare option value not YAML", compare("--optimizers", "sh", "--option", "sh.eta=a: b: c"),

@@ -11,7 +11,7 @@ import pytest
 from prompttune.commands.compare import parse_options
 from prompttune.comparing.fairness import ModelWatch
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import BudgetExhausted
+from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import ScoreRequest
 from prompttune.engine.comparison import run_compare
 from prompttune.engine.study import run_study
@@ -104,3 +104,18 @@ def test_the_watch_flags_a_prompt_that_quotes_a_test_example(tmp_path: Path) -> 
 def test_options_are_grouped_by_optimizer() -> None:
     assert parse_options(["sh.eta=3", "dspy-mipro.num_trials=8", "cople.synonyms=none"]) == {
         "sh": {"eta": 3}, "cople": {"synonyms": "none"}, "dspy-mipro": {"num_trials": 8}}
+
+
+def test_jobs_run_arm_seeds_in_worker_processes_with_the_results_of_one_at_a_time(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    one = run_compare(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config))
+    two = run_compare(config, ["random", "sh"], [0, 1], {}, backend_factory=oracle_for, jobs=2)
+
+    def outcome(comparison) -> list[tuple]:
+        return [(r.arm, r.seed, r.best, r.raw, r.search.calls, r.search.tokens, r.confirmation, r.test_correct)
+                for r in comparison.runs]
+    assert outcome(two) == outcome(one)
+    assert all(check.status != "failed" for check in two.checks), [c for c in two.checks if not c.ok]
+    assert len({r.run_dir.parent for r in two.runs}) == 1 and all((r.run_dir / "arm.json").is_file() for r in two.runs)
+    with pytest.raises(UserError, match="pass backend_factory, not a backend"):
+        run_compare(config, ["random"], [0], {}, backend=oracle_for(config), jobs=2)

@@ -29,7 +29,7 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
 
 def _compare(args: argparse.Namespace) -> int:
     if args.resume:
-        result = resume_compare(Path(args.resume), progress=True)
+        result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs)
     else:
         if args.seeds < 1:
             raise UserError("--seeds must be at least 1")
@@ -43,7 +43,7 @@ def _compare(args: argparse.Namespace) -> int:
             runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
         result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)),
                              parse_options(args.option), mode=args.mode, match=args.match,
-                             allow_underspend=args.allow_underspend, native_demos=args.native_demos,
+                             allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
                              progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
     if failed:
@@ -80,6 +80,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--native-demos", type=int, default=0, metavar="K",
                          help="native mode: add few-shot k in {0, 2, ..., K} to a space that declares no demos, so "
                               "every prompttune arm can try demos as DSPy's do (default 0: none)")
+    compare.add_argument("--jobs", type=int, default=1, metavar="N",
+                         help="arm-seeds run at once, in worker processes with a model each (with --backend openai "
+                              "they share the servers); results equal --jobs 1 (default 1)")
     compare.add_argument("--allow-underspend", action="store_true",
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from rich.console import Console
 
@@ -154,6 +156,42 @@ def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> Equ
     return EqualSpend(cap.unit, spend, accuracy, ledger.calls)
 
 
+BackendFactory = Callable[[RunConfig], Backend]
+
+
+@dataclass(frozen=True)
+class ArmJob:
+    """One arm-seed for a worker process (`--jobs`): what it needs to set up its seed's bench alone."""
+
+    config: RunConfig  # the seed's draw (its split seed)
+    arms: list[str]
+    options: dict[str, dict[str, Any]]
+    mode: str
+    arm: str
+    seed: int
+    arms_dir: Path
+    cache: Path
+    resume_dir: Path | None
+    backend_factory: BackendFactory
+
+
+def _run_job(job: ArmJob) -> Path:
+    """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
+    the shared cache; the arm's directory (with arm.json) is the result."""
+    drawn, task, space, coverage = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed)
+    backend = job.backend_factory(drawn)
+    shared = ResultCache(job.cache)
+    try:
+        bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
+                      Console(quiet=True))
+        run = run_arm(bench, job.arm, job.seed, job.resume_dir)
+        save_arm_run(run)
+        return run.run_dir
+    finally:
+        shared.close()
+        backend.close()
+
+
 def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
     """Each seed draws its own train/dev/test split: the k-th seed with `--split-seed` + k, so that
     seed-to-seed variation includes test sampling, not only the search's."""
@@ -178,7 +216,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 backend: Backend | None = None, console: Console | None = None,
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
                 resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False,
-                native_demos: int = 0) -> Comparison:
+                native_demos: int = 0, jobs: int = 1, backend_factory: BackendFactory | None = None) -> Comparison:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -188,13 +226,20 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     a first SIGINT/SIGTERM finish the arm's trial in flight and write its interim report; a library
     call prints nothing and leaves signals alone. An arm that spent under 90% of the matched cap fails
     the matched-budget check unless `allow_underspend`. `native_demos` K (native mode only) adds few-shot
-    k ∈ {0, 2, …, K} to a space that declares no demos, so grid searchers can try demos too."""
+    k ∈ {0, 2, …, K} to a space that declares no demos, so grid searchers can try demos too. `jobs` > 1
+    runs that many arm-seeds at once in worker processes, each with its own model from
+    `backend_factory` (default: built from the config; with `--backend openai` they share the servers),
+    with the same results as one at a time."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     if match == "tokens" and config.budget_tokens is None:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     if native_demos and mode != "native":
         raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if jobs > 1 and backend is not None and backend_factory is None:
+        raise UserError("--jobs > 1 gives every worker process its own model: pass backend_factory, not a backend")
     config = config.model_copy(update={"native_demos": native_demos})
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
@@ -203,32 +248,48 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
              for seed, split_seed in split_seeds(config, seeds).items()}
     check_paths(config.runs_dir, config.cache)
     first = draws[seeds[0]]
-    watch = ModelWatch(backend or build_backend(config), first[1])
+    watch = ModelWatch(backend or (backend_factory or build_backend)(config), first[1])
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first[1].name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
-         "match": match, "allow_underspend": allow_underspend}, indent=2))
+         "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2))
     reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
     benches = {seed: Bench(drawn, task, space, watch, shared, options, coverage, run_dir / "arms", console, progress)
                for seed, (drawn, task, space, coverage) in draws.items()}
     try:
-        runs = []
+        done: dict[tuple[str, int], ArmRun] = {}
+        todo = []
         for arm in arms:
             for seed in seeds:
                 earlier = reuse.get((arm, seed))
                 if earlier and (earlier / ARM_FILE).is_file():
-                    runs.append(load_arm_run(earlier))
+                    done[(arm, seed)] = load_arm_run(earlier)
                     console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
                 else:
-                    watch.watch(benches[seed].task)
-                    runs.append(run_arm(benches[seed], arm, seed, earlier))
-                    save_arm_run(runs[-1])
-                c, raw = runs[-1].confirmation, runs[-1].raw_confirmation
-                console.print(f"[bold]{arm} seed {seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
-                              f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
-                              f"{caps[0].charged(runs[-1])}/{caps[0].limit} {caps[0].unit}")
+                    todo.append((arm, seed, earlier))
+
+        def finished(run: ArmRun) -> None:
+            done[(run.arm, run.seed)] = run
+            c, raw = run.confirmation, run.raw_confirmation
+            console.print(f"[bold]{run.arm} seed {run.seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
+                          f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
+                          f"{caps[0].charged(run)}/{caps[0].limit} {caps[0].unit}")
+        if jobs == 1:
+            for arm, seed, earlier in todo:
+                watch.watch(benches[seed].task)
+                run = run_arm(benches[seed], arm, seed, earlier)
+                save_arm_run(run)
+                finished(run)
+        else:
+            work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms",
+                           Path(config.cache or run_dir / "cache.sqlite"), earlier, backend_factory or build_backend)
+                    for arm, seed, earlier in todo]
+            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                for arm_dir in pool.map(_run_job, work):
+                    finished(load_arm_run(arm_dir))
+        runs = [done[(arm, seed)] for arm in arms for seed in seeds]
         verdict_calls = _rescore_winners(benches, runs)
         equal_spend = _equal_spend(benches, runs, caps[0])
     except KeyboardInterrupt:
@@ -254,7 +315,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
 
 
 def resume_compare(run_dir: Path, backend: Backend | None = None, console: Console | None = None,
-                   progress: bool = False) -> Comparison:
+                   progress: bool = False, jobs: int = 1, backend_factory: BackendFactory | None = None) -> Comparison:
     """Finish an interrupted comparison with its own settings (see `run_compare`)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -269,5 +330,5 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
     return run_compare(config, saved["optimizers"], saved["seeds"], saved["options"], backend, console,
                        mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
                        allow_underspend=saved.get("allow_underspend", False), progress=progress,
-                       native_demos=config.native_demos)
+                       native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory)
 
