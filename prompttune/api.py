@@ -6,13 +6,8 @@ dicts or a DataFrame); spaces files or `SearchSpace` objects; objectives names o
 (`model=`, `backend=`, `dtype=`, ...: every `RunConfig` field is a keyword). Calls print nothing
 and leave signal handlers alone unless `progress=True`.
 
->>> import prompttune
->>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
->>> task = demo_task()  # a synthetic task and an oracle "model" with known answers: a test device
->>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
->>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, record=False)
->>> result.verdict.confirmed is not None, result.shipped.render({"text": "a red item"}).splitlines()[-1]
-(True, 'Label:')
+Each function opens with an example on the synthetic oracle (a test device with known answers),
+which `make test` runs.
 """
 
 from __future__ import annotations
@@ -65,7 +60,16 @@ def optimize(task: str | Path | Task = "agnews", *, optimizer: str = "sh", budge
     exact text the model sees), `.dev_winner`, `.ledger`, `.to_dspy()`, `.save(path)`.
 
     `record=False` writes no run directory. Any other `RunConfig` field is a keyword (`seed`,
-    `split_seed`, `dev_size`, `model`, `dtype`, `alpha`, `runs_dir`, ...)."""
+    `split_seed`, `dev_size`, `model`, `dtype`, `alpha`, `runs_dir`, ...).
+
+    >>> import prompttune
+    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> task = demo_task()  # a synthetic task and an oracle "model" with known answers: a test device
+    >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+    >>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, record=False)
+    >>> result.verdict.confirmed is not None, result.shipped.render({"text": "a red item"}).splitlines()[-1]
+    (True, 'Label:')
+    """
     task_object, fields = _task_settings(task, settings)
     space_object, fields = _space_settings(space, fields)
     objective_fn, fields = _objective_settings(objective, fields)
@@ -86,7 +90,17 @@ def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequen
              backend: Backend | None = None, progress: bool = False, **settings: Any) -> EvaluationResult:
     """Score a set of intent-equivalent prompts (a prompts file, a list of templates with `{field}`
     placeholders, or `sample` candidates of a space) on one split, and measure how much the wording
-    alone matters. Any other `EvaluateConfig` field is a keyword (`split`, `scoring`, `calibrate`, ...)."""
+    alone matters. Any other `EvaluateConfig` field is a keyword (`split`, `scoring`, `calibrate`, ...).
+
+    >>> import prompttune, tempfile
+    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> task = demo_task()
+    >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+    >>> result = prompttune.evaluate(task, prompts=["Colour: {text}\\nAnswer:", "Colour: {text}\\nLabel:"],
+    ...                              backend=model, runs_dir=tempfile.mkdtemp())
+    >>> [round(score.accuracy, 3) for score in result.settings[0].scores]
+    [0.567, 0.9]
+    """
     task_object, fields = _task_settings(task, settings)
     given = None
     if isinstance(space, SearchSpace) or (prompts is not None and not isinstance(prompts, (str, Path))):
@@ -110,12 +124,24 @@ def _load_task(fields: dict[str, Any]) -> Task:
     return load_evaluation_task(EvaluateConfig(**{**fields, "prompts": IN_MEMORY}))
 
 
-def compare(task: str | Path = "agnews", *, optimizers: Sequence[str] = ("random", "sh"), seeds: int = 5,
+def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = ("random", "sh"), seeds: int = 5,
             budget: int = 2000, mode: Literal["same-space", "native"] = "same-space",
             options: dict[str, dict[str, Any]] | None = None, backend: Backend | None = None,
             progress: bool = False, **settings: Any) -> Comparison:
-    """Run every optimizer (prompttune's and DSPy's `dspy-*` arms) at `seeds` seeds under the same
-    cap, model and splits, and compare their held-out results with the checks that keep it fair."""
-    config = RunConfig(task=str(task), budget=budget, **settings)
+    """Run every optimizer (prompttune's and DSPy's `dspy-*` arms) at `seeds` seeds, each seed on its
+    own data draw, under the same cap, model and dimensions, and compare their held-out results with
+    the checks that keep it fair. Any other `RunConfig` field is a keyword.
+
+    >>> import prompttune, tempfile
+    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> task = demo_task()
+    >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+    >>> c = prompttune.compare(task, optimizers=["random", "sh"], seeds=2, budget=150, backend=model,
+    ...                        runs_dir=tempfile.mkdtemp())
+    >>> [(s.arm, round(s.guarded.accuracy, 2)) for s in c.summaries], all(check.ok for check in c.checks)
+    ([('random', 0.9), ('sh', 0.9)], True)
+    """
+    data, fields = _task_settings(task, settings)
+    config = RunConfig(budget=budget, **fields)
     return run_compare(config, list(optimizers), list(range(config.seed, config.seed + seeds)), options or {},
-                       backend=backend, mode=mode, progress=progress)
+                       backend=backend, mode=mode, progress=progress, data=data)

@@ -61,6 +61,7 @@ class Bench:
     arms_dir: Path
     console: Console
     progress: bool = False  # the CLI: progress bars, per-arm summaries, graceful stops on a signal
+    in_memory: bool = False  # the task is in-memory data (handed to each arm), not a name or file it loads
 
     def arm_config(self, arm: str, seed: int) -> RunConfig:
         """The arm's run: the user's options plus those that hold what the mode holds."""

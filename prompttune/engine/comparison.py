@@ -64,9 +64,10 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -
         views.append((ledger, MeteredCache(bench.shared), bench.backend.mark()))
         return views[-1][1]
 
-    # The arm loads its own task and space from its config, as a run alone would: the fairness checks
-    # then verify that every arm saw the same baseline and test examples.
-    result = run_study(bench.arm_config(arm, seed), backend=bench.backend, console=bench.console,
+    # The arm loads its own task and space from its config, as a run alone would (in-memory data is
+    # handed over): the fairness checks then verify that every arm saw the same baseline and test examples.
+    result = run_study(bench.arm_config(arm, seed), task=bench.task if bench.in_memory else None,
+                       backend=bench.backend, console=bench.console,
                        progress=bench.progress, handle_signals=bench.progress, cache_view=view,
                        resume_dir=resume_dir)
     search, start = next((v, mark) for ledger, v, mark in views if ledger is result.search_ledger)
@@ -173,17 +174,18 @@ class ArmJob:
     cache: Path
     resume_dir: Path | None
     backend_factory: BackendFactory
+    data: Task | None  # in-memory data, drawn again per seed
 
 
 def _run_job(job: ArmJob) -> Path:
     """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
     the shared cache; the arm's directory (with arm.json) is the result."""
-    drawn, task, space, coverage = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed)
+    drawn, task, space, coverage = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed, job.data)
     backend = job.backend_factory(drawn)
     shared = ResultCache(job.cache)
     try:
         bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
-                      Console(quiet=True))
+                      Console(quiet=True), in_memory=job.data is not None)
         run = run_arm(bench, job.arm, job.seed, job.resume_dir)
         save_arm_run(run)
         return run.run_dir
@@ -199,10 +201,11 @@ def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
 
 
 def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]], mode: str,
-          split_seed: int) -> tuple[RunConfig, Task, SearchSpace, dict[str, Coverage]]:
-    """One seed's data draw, its space and each arm's coverage, every arm's run checked before any model loads."""
+          split_seed: int, data: Task | None = None) -> tuple[RunConfig, Task, SearchSpace, dict[str, Coverage]]:
+    """One seed's data draw (of the task `config` names, or of in-memory `data`), its space and each
+    arm's coverage, every arm's run checked before any model loads."""
     drawn = config.model_copy(update={"split_seed": split_seed})
-    task = load_run_task(drawn)
+    task = data.redraw(split_seed) if data is not None else load_run_task(drawn)
     require_dev_budget(drawn, task)
     space = load_space(drawn, task).bind(task.splits["train"])
     coverage = plan_coverage(arms, space, mode, options)
@@ -216,7 +219,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 backend: Backend | None = None, console: Console | None = None,
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
                 resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False,
-                native_demos: int = 0, jobs: int = 1, backend_factory: BackendFactory | None = None) -> Comparison:
+                native_demos: int = 0, jobs: int = 1, backend_factory: BackendFactory | None = None,
+                data: Task | None = None) -> Comparison:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -229,7 +233,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     k ∈ {0, 2, …, K} to a space that declares no demos, so grid searchers can try demos too. `jobs` > 1
     runs that many arm-seeds at once in worker processes, each with its own model from
     `backend_factory` (default: built from the config; with `--backend openai` they share the servers),
-    with the same results as one at a time."""
+    with the same results as one at a time. `data`: an in-memory task in place of the one `config`
+    names; each seed draws its splits (of the same sizes) from all its examples."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     if match == "tokens" and config.budget_tokens is None:
@@ -244,7 +249,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
-    draws = {seed: _draw(config, arms, options, mode, split_seed)
+    draws = {seed: _draw(config, arms, options, mode, split_seed, data)
              for seed, split_seed in split_seeds(config, seeds).items()}
     check_paths(config.runs_dir, config.cache)
     first = draws[seeds[0]]
@@ -256,7 +261,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    benches = {seed: Bench(drawn, task, space, watch, shared, options, coverage, run_dir / "arms", console, progress)
+    benches = {seed: Bench(drawn, task, space, watch, shared, options, coverage, run_dir / "arms", console, progress,
+                           in_memory=data is not None)
                for seed, (drawn, task, space, coverage) in draws.items()}
     try:
         done: dict[tuple[str, int], ArmRun] = {}
@@ -284,7 +290,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 finished(run)
         else:
             work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms",
-                           Path(config.cache or run_dir / "cache.sqlite"), earlier, backend_factory or build_backend)
+                           Path(config.cache or run_dir / "cache.sqlite"), earlier, backend_factory or build_backend,
+                           data)
                     for arm, seed, earlier in todo]
             with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
                 for arm_dir in pool.map(_run_job, work):
@@ -315,8 +322,10 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
 
 
 def resume_compare(run_dir: Path, backend: Backend | None = None, console: Console | None = None,
-                   progress: bool = False, jobs: int = 1, backend_factory: BackendFactory | None = None) -> Comparison:
-    """Finish an interrupted comparison with its own settings (see `run_compare`)."""
+                   progress: bool = False, jobs: int = 1, backend_factory: BackendFactory | None = None,
+                   data: Task | None = None) -> Comparison:
+    """Finish an interrupted comparison with its own settings (see `run_compare`; in-memory `data` is
+    passed again)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a compare run directory")
@@ -330,5 +339,5 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
     return run_compare(config, saved["optimizers"], saved["seeds"], saved["options"], backend, console,
                        mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
                        allow_underspend=saved.get("allow_underspend", False), progress=progress,
-                       native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory)
+                       native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory, data=data)
 

@@ -45,6 +45,15 @@ class Task:
         """
         return task_from_records(records, **options)
 
+    def redraw(self, seed: int) -> "Task":
+        """The same examples drawn again into splits of the same sizes with `seed` (stratified, disjoint):
+        how a comparison gives each seed its own draw of in-memory data."""
+        pool = list({ex.id: ex for split in self.splits.values() for ex in split}.values())
+        sizes = SplitSizes(*(len(self.splits[name]) for name in ("train", "dev", "test")))
+        return Task(self.name, self.labels, self.verbalizers, self.input_fields,
+                    make_splits({name: pool for name in ("train", "dev", "test")}, sizes, seed, self.name),
+                    self.description, self.kind, dict(self.meta))
+
     def without_test(self) -> "Task":
         """The view an optimizer receives: the test split is physically absent."""
         visible = {k: v for k, v in self.splits.items() if k != "test"}
