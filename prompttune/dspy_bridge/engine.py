@@ -56,6 +56,8 @@ class MeteredEngine:
         self.observe = observe
         self.max_new_tokens = max_new_tokens  # a ceiling on what any request may ask for
         self.seed = seed
+        self.threads = 1  # DSPy's num_threads for the arm
+        self.halted = False
         self.samples = 0  # sampled generations asked for so far (each one charged unless cached)
         self._expected: dict[str, tuple[PromptSpec, str]] = {}
 
@@ -72,6 +74,8 @@ class MeteredEngine:
         self._expected.pop(text, None)
 
     def complete(self, request: Request) -> Response:
+        if self.halted:
+            raise BudgetStop("the arm's cap was reached")
         ledger = self.evaluator.ledger
         before = (ledger.prompt_tokens, ledger.completion_tokens)
         try:
@@ -113,3 +117,7 @@ class MeteredEngine:
 
     def close(self) -> None:
         """The backend belongs to the comparison, not to this engine."""
+
+    def halt(self) -> None:
+        """The cap stopped the arm: every later request is refused with `BudgetStop`."""
+        self.halted = True
