@@ -1,14 +1,20 @@
 """DSPy's optimizers as compared arms: their options, their settings under a call cap, their compile call.
 
-DSPy counts no model calls, so each arm takes the settings DSPy's own documentation and defaults
-recommend, and sizes to the cap only what DSPy leaves to the user (how many programs, steps or
-metric calls). The metered engine's ledger still enforces the cap; an arm whose smallest useful
-run cannot fit it says so in one line before any model call. Every arm draws its valset from the
-dev split with the arm seed (MIPROv2's light mode validates on 100 examples; GEPA asks for the
-smallest valset that represents the task), so `valset_size` defaults to 100 for all of them.
+DSPy counts no model calls, so each arm keeps the settings DSPy's own documentation and defaults
+recommend and sizes to the cap what DSPy leaves to the user, so that the default plan spends the
+cap: MIPROv2 runs with auto=None and as many candidates as its estimated calls allow (its `auto`
+presets stay available as options, not sized), BootstrapFewShotWithRandomSearch as many random
+programs as fit, GEPA until the cap cannot pay for another iteration, COPRO the breadth and depth
+that spend most with at least two rounds, SIMBA as many steps as surely fit (see `Simba`: its
+spend cannot be sized to the cap). The metered engine's ledger still enforces the cap; an arm
+whose smallest useful run cannot fit it says so in one line before any model call. Every arm
+draws its valset from the dev split with the arm seed (MIPROv2's light mode validates on 100
+examples; GEPA asks for the smallest valset that represents the task), so `valset_size` defaults
+to 100 for all of them.
 
 Settings are plain numbers computed from (cap, split sizes, options), so `compare` can check
-them before it loads a model; `compile` then runs DSPy with them on the arm's `Tools`.
+them before it loads a model; `compile` then runs DSPy with them on the arm's `Tools`, with DSPy's
+num_threads set to the engine's `threads` (the engine batches their calls).
 """
 
 from __future__ import annotations
