@@ -188,8 +188,9 @@ class Mipro(DspyArm):
 
     def _size(self, zero_shot: bool) -> tuple[int, int]:
         """num_candidates and num_trials for the cap: the most candidates whose run, with MIPROv2's
-        recommended trials, fits it. (More trials on fewer candidates would buy ever fewer new
-        scores: TPE draws the programs it likes again, and their examples are cache hits.)"""
+        recommended trials, fits it, then as many more trials as still fit. (Candidates come first:
+        more trials on fewer candidates buy ever fewer new scores, as TPE draws the programs it
+        likes again and their examples are cache hits.)"""
         def estimate(n: int) -> int:
             return self._estimate(n, n, _recommended_trials(n, zero_shot))
 
@@ -198,7 +199,11 @@ class Mipro(DspyArm):
         n = 2
         while n < self.MOST_CANDIDATES and estimate(n + 1) <= self.cap:
             n += 1
-        return n, _recommended_trials(n, zero_shot)
+        # Then what one more candidate could not use, up to the trials MIPROv2 recommends for it.
+        trials, most = _recommended_trials(n, zero_shot), _recommended_trials(n + 1, zero_shot)
+        while trials < most and self._estimate(n, n, trials + 1) <= self.cap:
+            trials += 1
+        return n, trials
 
     def _settle(self) -> str:
         o = self.options
@@ -231,9 +236,12 @@ class Mipro(DspyArm):
         else:
             sets, trials = self._size(zero_shot)
             instructions = sets
-            plan = (f"MIPROv2 auto=None sized to the cap: num_candidates={sets}, the most whose run fits the cap "
-                    f"with num_trials={trials} (MIPROv2's rule); DSPy's presets are options (auto: light, medium "
-                    f"or heavy), not sized to the cap")
+            rule = _recommended_trials(sets, zero_shot)
+            more = "" if trials == rule else f", plus {trials - rule} that still fit"
+            most = " (prompttune's most)" if sets == self.MOST_CANDIDATES else ""
+            plan = (f"MIPROv2 auto=None sized to the cap: num_candidates={sets}{most}, the most whose run fits the cap "
+                    f"with MIPROv2's recommended {rule} trials{more}: num_trials={trials}; DSPy's presets are "
+                    f"options (auto: light, medium or heavy), not sized to the cap")
         self.num_candidates, self.num_trials = (None, None) if o.auto is not None else (sets, trials)
         estimate = self._estimate(sets, instructions, trials)
         batches = f"minibatches of {self.batch}, full valset every {o.minibatch_full_eval_steps} trials" \
