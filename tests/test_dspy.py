@@ -160,25 +160,40 @@ def test_dspy_settings_follow_dspy_and_the_cap() -> None:
     for arm in DSPY_ARMS:  # the options same-space mode holds an arm with are options it takes
         for options in REACH[arm].holds.values():
             DSPY_OPTIMIZERS[arm](100_000, Sizes(1000, 300), dict(options))
-    light = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {})
-    assert light.valset_size == 100 and "auto='light'" in light.description and "10 trials" in light.description
+    # MIPROv2: auto=None with as many candidates as the cap pays for at MIPROv2's recommended trials.
+    sized = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {})
+    assert sized.valset_size == 100 and (sized.num_candidates, sized.num_trials) == (11, 16)
+    assert "auto=None sized to the cap" in sized.description and "estimated 988 calls" in sized.description
+    roomier = DSPY_OPTIMIZERS["dspy-mipro"](2000, Sizes(1000, 300), {})
+    assert roomier.num_candidates > sized.num_candidates and roomier.num_trials > sized.num_trials
+    # DSPy's presets stay available, chosen by option and described as such.
+    light = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"auto": "light"})
+    assert light.valset_size == 100 and "preset auto='light', chosen by option" in light.description
+    assert "10 trials" in light.description and (light.num_candidates, light.num_trials) == (None, None)
     medium = DSPY_OPTIMIZERS["dspy-mipro"](5000, Sizes(1000, 300), {"auto": "medium", "valset_size": 300})
     assert medium.valset_size == 300 and "12 demo sets" in medium.description
-    with pytest.raises(UserError, match="auto=null needs both num_candidates and num_trials"):
-        DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"auto": None, "num_candidates": 4})
+    given = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"num_candidates": 4, "num_trials": 6})
+    assert (given.num_candidates, given.num_trials) == (4, 6) and "given" in given.description
+    with pytest.raises(UserError, match="auto=null takes both num_candidates and num_trials, or neither"):
+        DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"num_candidates": 4})
+    with pytest.raises(UserError, match="auto=light sets num_candidates and num_trials itself"):
+        DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"auto": "light", "num_trials": 4})
     with pytest.raises(UserError, match="dspy-mipro: unknown option 'num_trails'"):
         DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {"num_trails": 4})
     # BFRS: (n + 3) programs on a 100-example valset, n + 1 bootstraps of about 8 calls.
     assert DSPY_OPTIMIZERS["dspy-bfrs"](1000, Sizes(1000, 300), {}).candidates == 6
     assert DSPY_OPTIMIZERS["dspy-bfrs"](100_000, Sizes(1000, 300), {}).candidates == 16  # DSPy's default
-    # GEPA: metric calls plus one reflection per two minibatches of 3 stay within the cap.
+    # GEPA: its metric budget is the cap; a stopper ends it when a rejected iteration no longer fits.
     gepa = DSPY_OPTIMIZERS["dspy-gepa"](1000, Sizes(1000, 300), {})
-    calls = gepa.metric_calls(1000)
-    assert calls == (2 * 3 * 1000 + 100) // 7 and calls + (calls - 100) // 6 <= 1000
+    assert gepa.max_metric_calls == 1000 and gepa.iteration == 7
+    # COPRO: the plan that spends most with depth >= 2 (depth 1 refines nothing), the wider on a tie.
     copro = DSPY_OPTIMIZERS["dspy-copro"](1000, Sizes(1000, 300), {})
-    assert (copro.breadth, copro.depth) == (9, 1)  # DSPy's breadth 10 needs 1,009 calls at depth 1
+    assert (copro.breadth, copro.depth) == (3, 3)  # 908 calls; 9 x 1 would spend as much and refine nothing
+    assert (DSPY_OPTIMIZERS["dspy-copro"](2000, Sizes(1000, 300), {}).breadth,
+            DSPY_OPTIMIZERS["dspy-copro"](2000, Sizes(1000, 300), {}).depth) == (9, 2)  # 1,817 calls (10 x 1: 1,009)
     roomy = DSPY_OPTIMIZERS["dspy-copro"](4000, Sizes(1000, 300), {})
-    assert (roomy.breadth, roomy.depth) == (10, 3)
+    assert (roomy.breadth, roomy.depth) == (10, 3)  # DSPy's own, the most it runs
+    assert DSPY_OPTIMIZERS["dspy-copro"](250, Sizes(1000, 300), {}).depth == 1  # 2 x 2 needs 403
     assert DSPY_OPTIMIZERS["dspy-simba"](5000, Sizes(1000, 300), {}).steps == 8
 
 
@@ -187,7 +202,7 @@ def test_dspy_settings_follow_dspy_and_the_cap() -> None:
                         "the cap is 200"),
     ("dspy-gepa", 106, "dspy-gepa needs at least 107 calls (the seed program on a 100-example valset and one "
                        "reflection on 3 train examples); the cap is 106"),
-    ("dspy-simba", 400, "dspy-simba needs at least 470 calls (1 step of 6 candidates on mini-batches of 32, "
+    ("dspy-simba", 400, "dspy-simba needs at least 406 calls (1 step of 6 candidates on mini-batches of 32, "
                         "validated on 100 train examples); the cap is 400"),
 ])
 def test_an_arm_the_cap_cannot_pay_for_is_one_line_before_any_model_call(arm: str, cap: int, message: str,
@@ -245,19 +260,22 @@ def test_dspy_gepa_reflects_on_feedback_within_the_cap(tmp_path: Path) -> None:
     assert reflections and all(r.temperature == 1.0 for r in reflections)
     assert run.search.calls_by_kind["propose"] == len(backend.generated)
     assert any("the correct label is" in r.text for r in reflections)  # the metric's feedback reached it
-    assert len(trials) >= 2 and "GEPA: max_metric_calls=177" in run.notes[0]
+    assert len(trials) >= 2 and "GEPA: max_metric_calls=200" in run.notes[0]
+    assert run.search.calls >= 200 - 6 or run.stopped_by_budget  # it ran until the cap was (nearly) spent
 
 
 def test_dspy_copro_samples_its_breadth_at_its_temperature(tmp_path: Path) -> None:
     run, backend, trials = _arm(tmp_path, "dspy-copro", 300, dev_size=40)
-    assert [r.temperature for r in backend.generated] == [1.4] * 6  # breadth 7 = 6 samples + the baseline
-    assert len(trials) == 7 and run.search.calls == 7 * 40 + 6
+    # Breadth 3, depth 2: 2 samples + the baseline, then 3 refinements written from their scores.
+    assert [r.temperature for r in backend.generated] == [1.4] * 5 and "breadth=3, depth=2" in run.notes[0]
+    assert len(trials) == 6 and run.search.calls == 6 * 40 + 5
+    assert any("Resulting Score" in r.text for r in backend.generated)  # the second round saw the first's scores
 
 
 def test_dspy_simba_appends_demos_from_train_within_the_cap(tmp_path: Path) -> None:
     options = {"trainset_size": 40, "bsize": 16, "num_candidates": 3}
     run, _, trials = _arm(tmp_path, "dspy-simba", 600, oracle_for, options, mode="native", dev_size=40)
-    assert "max_steps=3" in run.notes[0] and len(trials) >= 2 and all(t["n"] == 40 for t in trials)
+    assert "max_steps=4" in run.notes[0] and len(trials) >= 2 and all(t["n"] == 40 for t in trials)
     assert any(t["demo_ids"] for t in trials)
 
 
