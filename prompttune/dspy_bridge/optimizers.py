@@ -119,7 +119,12 @@ class DspyArm(ABC):
         return valset
 
 
-class ValsetOptions(OptimizerOptions):
+class DspyOptions(OptimizerOptions):
+    threads: int = Field(8, ge=1, description="DSPy's num_threads; the metered engine gathers their calls into "
+                                              "batches for the model (same answers and charges as one thread)")
+
+
+class ValsetOptions(DspyOptions):
     valset_size: int = Field(100, ge=1, description="dev examples drawn with the arm seed as DSPy's valset")
 
 
@@ -461,7 +466,7 @@ class Copro(DspyArm):
                                  eval_kwargs={"num_threads": tools.threads, "display_progress": False})
 
 
-class SimbaOptions(OptimizerOptions):
+class SimbaOptions(DspyOptions):
     trainset_size: int = Field(100, ge=1, description="train examples SIMBA samples from and validates on")
     bsize: int = Field(32, ge=1, description="mini-batch size (DSPy's 32)")
     num_candidates: int = Field(6, ge=1, description="new programs per step (DSPy's 6)")

@@ -106,12 +106,12 @@ class DspySearch:
         ledger = self.evaluator.ledger
         selection = self.settings.selection(self.trainset, self.valset)
         tracker = SelectionTracker([self.mapping.example_id(ex.inputs()) for ex in selection], ledger, storage)
-        engine = MeteredEngine(self.evaluator, tracker.observe, seed=self.seed)
+        engine = MeteredEngine(self.evaluator, tracker.observe, seed=self.seed, threads=self.settings.options.threads)
         lm = dspy.LM(f"prompttune/{self.model}", engine=engine, cache=False, num_retries=0, max_tokens=96)
         adapter = PromptSpecAdapter(self.mapping, engine)
         tools = Tools(lm, adapter, engine, self.mapping, self.seed, self.trainset, self.valset)
         program = None
-        with dspy.context(lm=lm, adapter=adapter, num_threads=1), dspy_output_to(self.log):
+        with dspy.context(lm=lm, adapter=adapter), dspy_output_to(self.log):
             try:
                 program = self.settings.compile(self.mapping.program(self.baseline.spec, []), tools)
             except BudgetStop:
