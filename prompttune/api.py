@@ -18,7 +18,7 @@ from typing import Any, Literal, Sequence
 from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.comparison import Comparison, run_compare
-from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_evaluation
+from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, load_evaluation_task, run_evaluation
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
@@ -104,24 +104,15 @@ def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequen
     task_object, fields = _task_settings(task, settings)
     given = None
     if isinstance(space, SearchSpace) or (prompts is not None and not isinstance(prompts, (str, Path))):
-        loaded = task_object or _load_task(fields)
-        task_object = loaded
-        if isinstance(space, SearchSpace):
-            given = sample_space(space.bind(loaded.splits["train"]), sample or 0, fields.get("seed", 0))
-        else:
-            given = parse_prompts(list(prompts or []), loaded)
         fields["prompts"] = IN_MEMORY
+        task_object = task_object or load_evaluation_task(EvaluateConfig(**fields))
+        given = (sample_space(space.bind(task_object.splits["train"]), sample or 0, fields.get("seed", 0))
+                 if isinstance(space, SearchSpace) else parse_prompts(list(prompts or []), task_object))
     else:
         fields.update(prompts=None if prompts is None else str(prompts), sample=sample,
                       space=None if space is None else str(space))
     config = EvaluateConfig(**fields)
     return run_evaluation(config, backend=backend, progress=progress, task=task_object, prompts=given)
-
-
-def _load_task(fields: dict[str, Any]) -> Task:
-    from prompttune.engine.evaluation import load_evaluation_task
-
-    return load_evaluation_task(EvaluateConfig(**{**fields, "prompts": IN_MEMORY}))
 
 
 def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = ("random", "sh"), seeds: int = 5,
