@@ -6,23 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pytest
 
 dspy = pytest.importorskip("dspy")
 
 from prompttune.core.config import RunConfig  # noqa: E402
-from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
-from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
-from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, Sizes, Tools  # noqa: E402
-from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
-from prompttune.evaluation.cache import ResultCache  # noqa: E402
-from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
+from prompttune.dspy_bridge.engine import MeteredEngine  # noqa: E402
+from prompttune.engine.study import run_study  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
-from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
-from prompttune.search_spaces import default_space  # noqa: E402
 from prompttune.search_spaces.prompt import PromptSpec  # noqa: E402
-from tests.support import colours_task_file, oracle_for, task_of  # noqa: E402
+from tests.support import colours_task_file, oracle_for  # noqa: E402
 
 FULL = 0.9  # compare flags an arm that spent less of the cap (fairness.FULL_SPEND)
 DEV = {1000: 200, 2000: 300}  # compare's default dev split at each cap
@@ -48,31 +41,12 @@ class Compiled:
 
 def compile_arm(config: RunConfig, arm: str, cap: int, options: dict | None = None, seed: int = 0,
                 threads: int = 1) -> Compiled:
-    """One arm-seed compile as compare's `run_dspy_arm` sets it up: the arm's ledger and cache view,
-    the train split in the seed's order, the valset drawn from dev with the seed."""
-    task = task_of(config)
-    train, dev = task.splits["train"], task.splits["dev"]
-    settings = DSPY_OPTIMIZERS[arm](cap, Sizes(len(train), len(dev)), options or {})
-    ledger = BudgetLedger(cap_calls=cap)
-    evaluator = Evaluator(oracle_for(config), {e.id: e for e in [*train, *dev]}, {e.id: e for e in train},
-                          MeteredCache(ResultCache()), ledger)
-    baseline = default_space(task).default_candidate().spec
-    mapping = ProgramMapping.build(baseline, task.input_fields, train, dev)
-    rng = np.random.default_rng(seed)
-    trainset = [mapping.example(train[i]) for i in rng.permutation(len(train))]
-    valset = [mapping.example(dev[i]) for i in rng.permutation(len(dev))[:settings.valset_size]]
-    engine = MeteredEngine(evaluator, seed=seed, threads=threads, linger=0.002)
-    lm = dspy.LM("prompttune/oracle", engine=engine, cache=False, num_retries=0, max_tokens=96)
-    adapter = PromptSpecAdapter(mapping, engine)
-    tools = Tools(lm, adapter, engine, mapping, seed, trainset, valset)
-    program, stopped = None, False
-    with dspy.context(lm=lm, adapter=adapter, num_threads=1):
-        try:
-            program = settings.compile(mapping.program(baseline, []), tools)
-        except BudgetStop:
-            stopped = True
-    chosen = None if program is None else mapping.spec_of(program)
-    return Compiled(ledger, stopped, chosen, settings.description, engine)
+    """One arm-seed through the run engine, as compare runs a DSPy arm, on the oracle test device."""
+    result = run_study(config.model_copy(update={"optimizer": arm, "budget": cap, "seed": seed,
+                                                 "optimizer_options": {**(options or {}), "threads": threads}}),
+                       backend=oracle_for(config), record=False)
+    return Compiled(result.search_ledger, result.outcome.stopped_by_budget, result.dev_winner.spec,
+                    result.outcome.notes[0], result.strategy.search_.engine)
 
 
 @pytest.mark.parametrize("cap", [1000, 2000])

@@ -101,12 +101,14 @@ class DspySearch:
         self.valset = [self.mapping.example(dev[i]) for i in rng.permutation(len(dev))[:settings.valset_size]]
         self.model = model
         self.visible = {ex.id: ex for ex in [*train, *dev]}
+        self.engine: MeteredEngine | None = None  # the compile's metered engine, once it ran (for inspection)
 
     def search(self, storage: TrialStorage) -> SearchOutcome:
         ledger = self.evaluator.ledger
         selection = self.settings.selection(self.trainset, self.valset)
         tracker = SelectionTracker([self.mapping.example_id(ex.inputs()) for ex in selection], ledger, storage)
-        engine = MeteredEngine(self.evaluator, tracker.observe, seed=self.seed, threads=self.settings.options.threads)
+        self.engine = engine = MeteredEngine(self.evaluator, tracker.observe, seed=self.seed,
+                                             threads=self.settings.options.threads)
         lm = dspy.LM(f"prompttune/{self.model}", engine=engine, cache=False, num_retries=0, max_tokens=96)
         adapter = PromptSpecAdapter(self.mapping, engine)
         tools = Tools(lm, adapter, engine, self.mapping, self.seed, self.trainset, self.valset)
