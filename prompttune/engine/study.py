@@ -89,13 +89,6 @@ def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSp
     write_atomic(run_dir / f"{name}.txt", text + "\n")
 
 
-class _NoSignals(StopRequest):
-    """A library call's stop request: nothing ever asks the search to stop."""
-
-    def __init__(self) -> None:
-        super().__init__("")
-
-
 def _progress(console: Console, shown: bool) -> Progress | nullcontext:
     if not shown:
         return nullcontext()
@@ -144,7 +137,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         console.print(backend.describe())
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
         stop = (resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}")) if handle_signals
-                else _NoSignals())
+                else StopRequest(""))  # a library call: no handler, so nothing ever asks the search to stop
         if run_dir:
             write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
         trials_before = set_aside_trials(run_dir) if resume_dir else None
@@ -176,7 +169,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             with _progress(console, progress) as bar_view:
                 on_trial = _trial_watch(config, bar_view, search_ledger, len(test), console, task.name)
                 with stop.during_search():
-                    outcome = strategy.search(storage, on_trial, stop if handle_signals else None)
+                    outcome = strategy.search(storage, on_trial, stop)
             interim = outcome.interrupted
             alpha = look_alpha(config.alpha, spent_alpha(run_dir) if run_dir else 0.0, interim)
             confirm_ledger = BudgetLedger()
