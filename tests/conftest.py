@@ -11,7 +11,7 @@ import pytest
 from tests.fake_openai import FakeServer
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED_DATA = Path(os.environ.get("PROMPTTUNE_DATA_DIR", REPO.parent / "shared" / "data"))
+SHARED_DATA = Path(os.environ.get("PROMPTTUNE_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
 
 @pytest.fixture
