@@ -67,8 +67,9 @@ class SyntheticOracleBackend(Backend):
             return prompt.text or ""
         return "\n".join(f"<{role}>{content}" for role, content in prompt.messages) + prompt.assistant_prefix
 
-    def _query(self, text: str) -> Example:
-        """The example whose text occurs last in the prompt is the one being asked about.
+    def _query(self, text: str) -> Example | None:
+        """The example whose text occurs last in the prompt is the one being asked about (None: the
+        prompt holds no example, as calibration's content-free probes do).
 
         Texts are indexed by their first characters so a lookup scans the prompt once.
         """
@@ -76,7 +77,7 @@ class SyntheticOracleBackend(Backend):
             for ex, value in self._index.get(text[pos:pos + _KEY], ()):
                 if text.startswith(value, pos):
                     return ex
-        raise ValueError("oracle: prompt contains no known example")
+        return None
 
     def _draw(self, text: str, example: Example) -> float:
         """Uniform on [0, 1) per (prompt, example); correlated across prompts when rho > 0."""
@@ -95,8 +96,11 @@ class SyntheticOracleBackend(Backend):
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = []
         for r in requests:
-            example = self._query(r.text)
             n = len(r.continuations)
+            example = self._query(r.text)
+            if example is None:  # a content-free probe (calibration): no label preferred
+                results.append(ScoreResult((-1.0,) * n, len(r.text.split()), n))
+                continue
             correct = self._draw(r.text, example) < self.accuracy_of(r.text)
             wrong = (example.label + 1 + int(_unit(r.text, self.seed, "wrong") * (n - 1))) % n
             winner = example.label if correct else wrong

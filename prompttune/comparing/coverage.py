@@ -31,13 +31,16 @@ if TYPE_CHECKING:
 
 MODES = {"same-space": "optimizer comparison on one space", "native": "tool comparison, native spaces"}
 
-INSTRUCTION, DEMOS = "instruction", "demos"
-ASPECT_FIELDS = {INSTRUCTION: frozenset({"instruction"}), DEMOS: frozenset({"demo_ids"})}
-WRITES = {INSTRUCTION: "writes its own instruction", DEMOS: "chooses its own demos"}
+INSTRUCTION, DEMOS, CALIBRATION = "instruction", "demos", "calibration"
+ASPECT_FIELDS = {INSTRUCTION: frozenset({"instruction"}), DEMOS: frozenset({"demo_ids"}),
+                 CALIBRATION: frozenset({"calibrate"})}
+WRITES = {INSTRUCTION: "writes its own instruction", DEMOS: "chooses its own demos",
+          CALIBRATION: "calibrates its label scores"}
 SPEC_FIELDS = frozenset(f.name for f in fields(PromptSpec))
 
 
-LISTED, WRITTEN, BOOTSTRAPPED = "listed values", "written by a model", "bootstrapped demos"
+LISTED, WRITTEN, BOOTSTRAPPED, CALIBRATED = ("listed values", "written by a model", "bootstrapped demos",
+                                             "contextual calibration")
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class Reach:
     def sources(self, aspects: Sequence[str]) -> tuple[str, ...]:
         """Where its candidates come from, when it may change `aspects` (the "candidates from" column)."""
         return ((LISTED,) if self.lists else ()) + tuple(
-            {INSTRUCTION: WRITTEN, DEMOS: BOOTSTRAPPED}[a] for a in self.writes if a in aspects)
+            {INSTRUCTION: WRITTEN, DEMOS: BOOTSTRAPPED, CALIBRATION: CALIBRATED}[a] for a in self.writes if a in aspects)
 
 
 REACH: dict[str, Reach] = {
@@ -66,6 +69,8 @@ REACH: dict[str, Reach] = {
     "mipro": Reach(lists=True, writes=(INSTRUCTION, DEMOS),
                    holds={INSTRUCTION: {"instructions": 1}, DEMOS: {"demo_sets": 1}}),
     "bfrs": Reach(writes=(DEMOS,)),
+    "reflect": Reach(lists=True, writes=(INSTRUCTION, CALIBRATION),  # demo swaps stay within a few-shot dimension
+                     holds={INSTRUCTION: {"write_instructions": False}, CALIBRATION: {"calibration": False}}),
     "cople": Reach(writes=(INSTRUCTION,)),
     "p2g": Reach(writes=(INSTRUCTION,)),
     "dspy-mipro": Reach(writes=(INSTRUCTION, DEMOS), holds={DEMOS: {"max_demos": 0}}),

@@ -100,13 +100,22 @@ class Predictor(ABC):
 
 
 class LogitPredictor(Predictor):
+    """Direct scoring; a prompt that carries `calibrate` is scored calibrated (its own choice)."""
+
     name = "logit"
 
     def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
         spec = self._single(prompts)
         if spec.cot:
             return GeneratePredictor(self.evaluator).predict(spec, example_ids)
-        return [_scored(o) for o in self.evaluator.outputs(spec, example_ids, "score")]
+        if spec.calibrate:
+            return CalibratedPredictor(self.evaluator).predict(spec, example_ids)
+        return direct_records(self.evaluator, spec, example_ids)
+
+
+def direct_records(evaluator: "Evaluator", spec: PromptSpec, example_ids: Sequence[str]) -> list[Record]:
+    """The label with the highest raw log-probability, per example."""
+    return [_scored(o) for o in evaluator.outputs(spec, example_ids, "score")]
 
 
 class GeneratePredictor(Predictor):
@@ -146,9 +155,9 @@ class CalibratedPredictor(Predictor):
 
     def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
         spec = self._single(prompts)
-        records = LogitPredictor(self.evaluator).predict(spec, example_ids)
         if spec.cot:
-            return records
+            return GeneratePredictor(self.evaluator).predict(spec, example_ids)
+        records = direct_records(self.evaluator, spec, example_ids)
         bias = self.bias(spec)
         calibrated = [calibrate(r.label_logprobs or (), bias) for r in records]
         return [replace(r, pred=_argmax(c), label_logprobs=c) for r, c in zip(records, calibrated)]

@@ -7,12 +7,13 @@ from prompttune.optimizers.cople import CoordinateWordSearch
 from prompttune.optimizers.mipro import Mipro
 from prompttune.optimizers.p2g import SplitErrorCritique
 from prompttune.optimizers.random_search import RandomSearch
+from prompttune.optimizers.reflect import ReflectiveRace
 from prompttune.optimizers.spread import FormatSpread
 from prompttune.optimizers.successive_halving import SuccessiveHalving
 
 OPTIMIZERS: dict[str, type[Optimizer]] = {
     cls.name: cls for cls in (RandomSearch, SuccessiveHalving, CoordinateWordSearch, SplitErrorCritique,
-                              BootstrapFewShotRandomSearch, Mipro, FormatSpread)
+                              BootstrapFewShotRandomSearch, Mipro, FormatSpread, ReflectiveRace)
 }
 
 

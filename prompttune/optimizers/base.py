@@ -113,8 +113,12 @@ def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
 
 
 def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
-    """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec."""
-    digest = hashlib.sha1(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:12]
+    """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec
+    (an uncalibrated spec hashes as before `calibrate` existed, so earlier runs keep their ids)."""
+    fields = asdict(spec)
+    if not spec.calibrate:
+        del fields["calibrate"]
+    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
     return Candidate(f"{origin}-{digest}", (), spec)
 
 

@@ -31,8 +31,6 @@ On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -41,32 +39,8 @@ from pydantic import Field
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import checked_instruction, clean_instruction
-from prompttune.optimizers.search_helpers import rotating_minibatch
+from prompttune.optimizers.search_helpers import Direction, error_directions, rotating_minibatch
 from prompttune.search_spaces.space import Candidate
-
-
-@dataclass(frozen=True)
-class Direction:
-    """One error direction: FP or FN of one class, with the class it is most confused with."""
-
-    kind: Literal["fp", "fn"]
-    label: int
-    other: int
-    errors: tuple[Record, ...]
-
-
-def error_directions(records: list[Record], n_classes: int, min_errors: int) -> list[Direction]:
-    """FP and FN sets per class, largest first; sets under `min_errors` are skipped."""
-    directions = []
-    for c in range(n_classes):
-        fp = [r for r in records if r.pred == c and r.gold != c]
-        fn = [r for r in records if r.gold == c and r.pred != c]
-        for kind, errors, other_of in (("fp", fp, lambda r: r.gold), ("fn", fn, lambda r: r.pred)):
-            if len(errors) >= min_errors:
-                # Multiclass: the largest off-diagonal cell names the confusion to fix.
-                other = Counter(other_of(r) for r in errors).most_common(1)[0][0]
-                directions.append(Direction(kind, c, -1 if other is None else other, tuple(errors)))
-    return sorted(directions, key=lambda d: -len(d.errors))
 
 
 class P2GOptions(OptimizerOptions):

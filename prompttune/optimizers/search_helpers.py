@@ -1,14 +1,18 @@
-"""Search moves several strategies share: bootstrapped demo sets, rotating minibatches, ranking.
+"""Search moves several strategies share: bootstrapped demo sets, rotating minibatches, ranking,
+error directions for critiques.
 
 (Distinct candidate draws live on the space itself: `SearchSpace.distinct_candidates`.)
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Literal, Sequence
 
 import numpy as np
 
+from prompttune.core.types import Record
 from prompttune.search_spaces.space import Candidate
 
 
@@ -57,3 +61,27 @@ def rotating_minibatch(pool: Sequence[str], index: int, size: int) -> tuple[str,
     """The index-th window of `size` ids, wrapping so that every window is full when the pool allows."""
     start = (index * size) % max(1, len(pool) - size + 1)
     return tuple(pool[start:start + size])
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One error direction: FP or FN of one class, with the class it is most confused with."""
+
+    kind: Literal["fp", "fn"]
+    label: int
+    other: int
+    errors: tuple[Record, ...]
+
+
+def error_directions(records: list[Record], n_classes: int, min_errors: int) -> list[Direction]:
+    """FP and FN sets per class, largest first; sets under `min_errors` are skipped."""
+    directions = []
+    for c in range(n_classes):
+        fp = [r for r in records if r.pred == c and r.gold != c]
+        fn = [r for r in records if r.gold == c and r.pred != c]
+        for kind, errors, other_of in (("fp", fp, lambda r: r.gold), ("fn", fn, lambda r: r.pred)):
+            if len(errors) >= min_errors:
+                # Multiclass: the largest off-diagonal cell names the confusion to fix.
+                other = Counter(other_of(r) for r in errors).most_common(1)[0][0]
+                directions.append(Direction(kind, c, -1 if other is None else other, tuple(errors)))
+    return sorted(directions, key=lambda d: -len(d.errors))

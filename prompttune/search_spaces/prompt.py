@@ -20,6 +20,8 @@ class PromptSpec:
     Templates use `{}` for the value; `instruction` may contain `{labels}` (the label words).
     Passages (retrieval-context fields) come first, joined by `passage_separator`; `options` is a
     pre-rendered option list shown with every example, so demos and query share it.
+    `calibrate` changes no text: it divides the label probabilities by the prompt's own bias on
+    content-free inputs (`prompttune.evaluation.prediction`), a part of the prompt that ships with it.
     """
 
     instruction: str = ""
@@ -38,6 +40,7 @@ class PromptSpec:
     passage_templates: tuple[tuple[str, str], ...] = ()
     passage_separator: str = "\n"
     options: str = ""
+    calibrate: bool = False  # contextual calibration of the label scores (needs label log-probabilities)
 
     @property
     def output_prefix(self) -> str:

@@ -1,0 +1,401 @@
+"""Reflective race — prompttune's flagship: every part of the prompt, reflective edits, raced on
+paired examples with a dense confidence score.
+
+Three stages, sized to the budget:
+
+1. **Screen.** The baseline and distinct draws of the space (format, label words, listed
+   instructions, few-shot k: every declared dimension) are scored on one block of dev examples,
+   each also as its *calibrated twin* (contextual calibration, Zhao et al. 2021: the label
+   probabilities divided by the prompt's own bias on content-free inputs; 3 calls, the examples come
+   from the cache). Ranking uses the gold label's log-probability margin, a dense paired score that
+   separates prompts on fewer examples than 0/1 accuracy; the block is never smaller than
+   `min_examples` or 4 examples per class.
+2. **Evolve.** A pool of the best `pool` prompts. Each step picks a parent from the per-example
+   Pareto front of the pool (as GEPA: a prompt best on some examples of the block, drawn in
+   proportion to how many) and makes one child by a rotating move: (a) *reflection*: the parent's
+   errors on a train minibatch, with gold label, prediction and margin, false positives and false
+   negatives of a class critiqued apart (as P2G), then an instruction edit; (b) a *grammar move*:
+   one dimension of the space changed; (c) a *demo swap*: one demo replaced by a train example the
+   parent answers right; (d) a *merge*: the instruction of one front prompt with the rest of
+   another. The child (and its twin) is scored on the same block; it enters the pool when its
+   margin beats the pool's worst. After `patience` rejected children the block grows by half, so the
+   race spends its examples where the pool is hard to separate.
+3. **Final.** The `finalists` best by margin are scored on the dev split (all of it where the
+   budget allows) and ranked by the run's objective there; the driver's verdict tests the leader.
+
+Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
+
+    >>> from prompttune.backends.oracle import OracleProblem
+    >>> import prompttune
+    >>> problem = OracleProblem.colours()
+    >>> run = prompttune.optimize(problem.task, optimizer="reflect", budget=800,
+    ...                           space=problem.space, backend=problem.backend, record=False)
+    >>> "Pick the colour" in run.outcome.leader.spec.instruction, run.ledger.calls <= 800
+    (True, True)
+
+On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
+``prompttune.optimize("agnews", optimizer="reflect", budget=2000)``)::
+
+    optimize --task agnews --optimizer reflect --budget 2000
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from pydantic import Field
+
+from prompttune.core.errors import UserError
+from prompttune.core.types import Record
+from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, spec_candidate
+from prompttune.optimizers.proposer import checked_instruction, clean_instruction
+from prompttune.optimizers.search_helpers import error_directions, rank_by_score, rotating_minibatch
+from prompttune.search_spaces.space import Candidate
+
+MARGIN_CLIP = 10.0  # nats: one confidently wrong example may not outweigh many others
+MOVES = ("reflect", "grammar", "demos", "merge")
+
+
+class ReflectOptions(OptimizerOptions):
+    pool: int = Field(6, ge=2, description="prompts kept in the evolving pool")
+    screen_share: float = Field(0.3, gt=0, lt=1, description="share of the budget for the first screen")
+    final_share: float = Field(0.4, gt=0, lt=1, description="most of the budget kept for the finalists and "
+                               "the baseline on dev")
+    finalists: int = Field(2, ge=1, description="best prompts by margin scored on the dev split at the end")
+    min_examples: int = Field(20, ge=4, description="smallest race block (at least 4 per class)")
+    minibatch: int = Field(16, ge=4, description="train examples a reflection reads the parent's errors on")
+    shown_errors: int = Field(3, ge=1, description="errors quoted to the critic per direction")
+    patience: int = Field(4, ge=1, description="rejected children before the race block grows")
+    write_instructions: bool = Field(True, description="reflect and merge write instructions (off: the listed "
+                                     "ones only)")
+    swap_demos: bool = Field(True, description="replace demos by train examples the parent answers right (where "
+                             "the space searches few-shot k)")
+    calibration: bool = Field(True, description="also race each prompt calibrated (contextual calibration)")
+
+
+@dataclass(frozen=True)
+class Genome:
+    """A pool member as its parts: the grid choices, and what moves wrote over them."""
+
+    assignment: tuple[tuple[str, int], ...]
+    instruction: str | None = None  # written over the grid's instruction
+    demo_ids: tuple[str, ...] | None = None  # swapped over the grid's demos
+    calibrate: bool = False
+
+
+def margin(record: Record) -> float:
+    """The gold label's log-probability margin over the best other label (the same renormalised over
+    the labels, clipped); ±1 for an answer without label scores (generation, CoT)."""
+    scores = record.label_logprobs
+    if scores is None or record.gold is None or len(scores) < 2:
+        return 1.0 if record.correct else -1.0
+    other = max(score for label, score in enumerate(scores) if label != record.gold)
+    return min(max(scores[record.gold] - other, -MARGIN_CLIP), MARGIN_CLIP)
+
+
+class ReflectiveRace(Optimizer):
+    name = "reflect"
+    Options = ReflectOptions
+
+    @classmethod
+    def check(cls, context: SearchContext) -> None:
+        options = cls.Options.model_validate(context.options)
+        block = cls.first_block(context, options)
+        if context.budget and context.budget < 4 * block:
+            raise UserError(f"reflect: the budget {context.budget} cannot race the baseline and three prompts "
+                            f"on a block of {block} dev examples; raise --budget to at least {4 * block}")
+
+    @staticmethod
+    def first_block(context: SearchContext, options: ReflectOptions) -> int:
+        return min(len(context.dev_ids), max(options.min_examples, 4 * context.n_classes))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        space = self.context.space
+        self.instruction_dims = {d.name for d in space.dimensions
+                                 if d.target == "instruction" or d.target.startswith("slot:")}
+        self.demo_dims = {d.name for d in space.dimensions if d.kind == "few_shot"}
+        self.swapping = self.options.swap_demos and any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
+        self.block = list(self.context.dev_ids[: self.first_block(self.context, self.options)])
+        self.genomes: dict[str, Genome] = {}
+        self.candidates: dict[str, Candidate] = {}
+        self.pool: list[str] = []
+        self.calibrating = self.options.calibration
+        self.final_ids: list[str] = []
+        self.finalists: list[str] = []
+        self.made = Counter[str]()
+        self.entered = Counter[str]()
+        self.critiques: list[str] = []
+        self.written: set[str] = set()
+        self.steps = 0
+        self.mean_margins: dict[tuple[str, int], float] = {}  # (candidate, block length): the block only grows
+        self.plan = self._search()
+
+    # -- the ask/tell surface ---------------------------------------------------------------
+    def ask(self) -> TrialRequest | None:
+        return next(self.plan, None)
+
+    def ranking(self) -> list[Candidate]:
+        """Finalists by the objective on their dev examples, then the pool by margin on the block."""
+        finals = [(self.candidates[i], self.score_on(self.candidates[i], self.final_ids)) for i in self.finalists
+                  if self.final_ids and not self.missing(self.candidates[i], self.final_ids)]
+        ranked = rank_by_score(finals, self.baseline)
+        rest = [self.candidates[i] for i in self._by_margin(self.pool) if self.candidates[i] not in ranked]
+        return ranked + rest
+
+    def family(self) -> int:
+        return len(self.candidates)
+
+    # -- the search, as a generator of trial requests -------------------------------------------
+    def _search(self) -> Iterator[TrialRequest]:
+        yield from self._screen()
+        yield from self._evolve()
+        yield from self._final()
+
+    def _spent(self) -> int:
+        left = self.remaining_budget()
+        return self.context.budget - left if left is not None else 0
+
+    def _final_reserve(self) -> int:
+        """Calls the final stage is planned to need: today's finalists and the baseline on the dev
+        examples `final_share` of the budget buys, less those they have (the final stage then takes
+        as many dev examples as what is left pays for)."""
+        return self._final_cost(self._final_examples())
+
+    def _final_cost(self, ids: Sequence[str]) -> int:
+        keys = {*self._by_margin(self.pool)[: self.options.finalists], self.baseline.id}
+        return sum(len(self.missing(self.candidates[k], ids)) for k in keys)
+
+    def _final_examples(self) -> list[str]:
+        dev = self.context.dev_ids
+        affordable = int(self.options.final_share * self.context.budget) // (self.options.finalists + 1)
+        return list(dev[: max(len(self.block), min(len(dev), affordable))])
+
+    def _screen(self) -> Iterator[TrialRequest]:
+        width = max(3, int(self.options.screen_share * self.context.budget) // (len(self.block) + 3))
+        seeds = self.context.space.distinct_candidates(self.rng, width, first=[self.baseline])
+        for candidate in seeds:
+            genome = Genome(candidate.assignment)
+            yield from self._race(genome, "screen")
+        self.pool = self._by_margin(list(self.candidates))[: self.options.pool]
+        if self.baseline.id not in self.pool:  # the baseline stays a parent: edits start from it too
+            self.pool[-1] = self.baseline.id
+
+    def _evolve(self) -> Iterator[TrialRequest]:
+        rejected = idle = 0
+        while idle < 20 * len(MOVES) and self._spent() + len(self.block) + self.options.minibatch + 2 < \
+                self.context.budget - self._final_reserve():
+            self.steps += 1
+            move = MOVES[self.steps % len(MOVES)]
+            parent = self._parent()
+            child = None
+            if move == "reflect":
+                child = yield from self._reflect(parent)
+            elif move == "grammar":
+                child = self._grammar(parent)
+            elif move == "demos":
+                child = yield from self._swap_demo(parent)
+            else:
+                child = self._merge(parent)
+            if child is None or self._key(child) in self.genomes:
+                idle += 1  # nothing new from this move (a small space runs out of neighbours)
+                continue
+            idle = 0
+            self.made[move] += 1
+            ids = yield from self._race(child, move)
+            worst, best_new = self._by_margin(self.pool)[-1], self._by_margin(ids)[0]
+            if self._mean_margin(best_new) > self._mean_margin(worst):
+                self.pool = [i for i in self.pool if i != worst] + [best_new]
+                self.entered[move] += 1
+                rejected = 0
+            else:
+                rejected += 1
+            if rejected >= self.options.patience:
+                yield from self._grow_block()
+                rejected = 0
+
+    def _final(self) -> Iterator[TrialRequest]:
+        """The finalists (and, through the driver, the baseline) on the longest dev prefix the rest
+        of the budget pays for."""
+        dev, left = self.context.dev_ids, self.remaining_budget()
+        n = len(self.block)
+        while n < len(dev) and (left is None or self._final_cost(dev[: n + 1]) <= left):
+            n += 1
+        self.final_ids = list(dev[:n])
+        self.finalists = self._by_margin(self.pool)[: self.options.finalists]
+        for key in self.finalists:
+            if todo := self.missing(self.candidates[key], self.final_ids):
+                yield TrialRequest(self.candidates[key], todo, "final")
+
+    # -- racing ------------------------------------------------------------------------------
+    def _race(self, genome: Genome, purpose: str) -> Iterator[TrialRequest]:
+        """Score `genome` on the block, and its calibrated twin while calibration can pay; the ids of
+        those scored."""
+        twins = [genome]
+        if self.calibrating and not genome.calibrate:
+            twins.append(replace(genome, calibrate=True))
+        ids = []
+        for member in twins:
+            candidate = self._build(member)
+            if candidate.id in self.candidates and member is not genome:
+                continue
+            self.genomes[candidate.id], self.candidates[candidate.id] = member, candidate
+            if todo := self.missing(candidate, self.block):
+                yield TrialRequest(candidate, todo, f"{purpose}{' (calibrated)' if member.calibrate else ''}")
+            ids.append(candidate.id)
+            if not member.calibrate and self._no_label_scores(candidate):
+                self.calibrating = False  # generation answers: nothing to calibrate
+                break
+        return ids
+
+    def _grow_block(self) -> Iterator[TrialRequest]:
+        dev = self.context.dev_ids
+        extra = max(len(self.block) // 2, 1)
+        if len(self.block) >= len(dev) or self._spent() + extra * len(self.pool) > \
+                self.context.budget - self._final_reserve():
+            return
+        self.block = list(dev[: len(self.block) + extra])
+        for key in self.pool:
+            if todo := self.missing(self.candidates[key], self.block):
+                yield TrialRequest(self.candidates[key], todo, "race block grows")
+
+    def _no_label_scores(self, candidate: Candidate) -> bool:
+        seen = self.memo.get(candidate.id, {})
+        return bool(seen) and all(r.label_logprobs is None for r in seen.values())
+
+    def _mean_margin(self, key: str) -> float:
+        if (key, len(self.block)) not in self.mean_margins:
+            records = self.records(self.candidates[key], self.block)
+            mean = float(np.mean([margin(r) for r in records]))
+            self.mean_margins[key, len(self.block)] = round(mean, 9)  # float noise is no evidence: ties
+        return self.mean_margins[key, len(self.block)]
+
+    def _by_margin(self, keys: Sequence[str]) -> list[str]:
+        """Best mean margin on the block first; the baseline wins ties, then the earlier."""
+        ranked = rank_by_score([(self.candidates[k], self._mean_margin(k)) for k in keys
+                                if not self.missing(self.candidates[k], self.block)], self.baseline)
+        return [c.id for c in ranked]
+
+    def _parent(self) -> str:
+        """A pool prompt on the per-example Pareto front, drawn in proportion to the block examples
+        on which it has the best margin (ties shared)."""
+        margins = np.array([[margin(r) for r in self.records(self.candidates[k], self.block)] for k in self.pool])
+        best = margins >= margins.max(axis=0) - 1e-9
+        wins = best.sum(axis=1).astype(float)
+        return self.pool[int(self.rng.choice(len(self.pool), p=wins / wins.sum()))]
+
+    # -- building candidates -------------------------------------------------------------------
+    def _key(self, genome: Genome) -> str:
+        return self._build(genome).id
+
+    def _build(self, genome: Genome) -> Candidate:
+        grid = self.context.space.build(dict(genome.assignment))
+        if genome.instruction is None and genome.demo_ids is None and not genome.calibrate:
+            return grid
+        spec = grid.spec.with_updates(calibrate=genome.calibrate)
+        if genome.instruction is not None:
+            spec = spec.with_updates(instruction=genome.instruction)
+        if genome.demo_ids is not None:
+            spec = spec.with_updates(demo_ids=genome.demo_ids)
+        return spec_candidate(spec, "reflect")
+
+    # -- moves ---------------------------------------------------------------------------------
+    def _reflect(self, parent_key: str) -> Iterator[TrialRequest]:
+        """(a) Critique the parent's false positives and false negatives of one class apart, on a
+        train minibatch, with the margins; then write an edited instruction."""
+        if not self.options.write_instructions or self.proposer is None:
+            return None
+        parent, genome = self.candidates[parent_key], self.genomes[parent_key]
+        demos = set(parent.spec.demo_ids)
+        pool = [i for i in self.context.train_ids if i not in demos]
+        batch = rotating_minibatch(pool, self.steps, self.options.minibatch)
+        if todo := self.missing(parent, batch):
+            yield TrialRequest(parent, todo, "reflection minibatch")
+        records = self.records(parent, batch)
+        directions = error_directions(records, self.context.n_classes, 1)
+        if not directions:
+            return None
+        direction = directions[int(self.rng.integers(min(2, len(directions))))]
+        spec, words = parent.spec, parent.spec.label_words
+        c = words[direction.label]
+        other = words[direction.other] if direction.other >= 0 else "no label"
+        shown = "\n".join(f"- {self.example_text(r.example_id)} (the model preferred "
+                          f"'{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats)"
+                          for r in direction.errors[: self.options.shown_errors])
+        instruction = spec.instruction.replace("{labels}", ", ".join(words)) or "(none)"
+        if direction.kind == "fp":
+            ask = (f"The instruction labels these texts as '{c}', but they are really '{other}':\n{shown}\n"
+                   f"In one sentence, say how to make the instruction stricter about '{c}'.")
+        else:
+            ask = (f"The instruction fails to label these '{c}' texts as '{c}' (it says '{other}'):\n{shown}\n"
+                   f"In one sentence, say how to make the instruction more inclusive for '{c}'.")
+        feedback = " ".join(self.proposer(f"Instruction: {instruction}\n{ask}").split())
+        self.critiques.append(f"{direction.kind.upper()} {c}: {feedback}")
+        reply = self.proposer(
+            f"Instruction: {instruction}\nFeedback: {feedback}\n"
+            + "".join(f"Already proposed (write a different one): {w}\n" for w in sorted(self.written)[-3:])
+            + f"Rewrite the instruction following the feedback. The answer must stay one of: "
+              f"{', '.join(words)}.\nImproved instruction:")
+        self.written.add(clean_instruction(reply))
+        text = checked_instruction(reply, words)
+        return None if text is None else replace(genome, instruction=text)
+
+    def _grammar(self, parent_key: str) -> Genome | None:
+        """(b) One dimension of the space changed (not the parts a move wrote over)."""
+        genome = self.genomes[parent_key]
+        fixed = (self.instruction_dims if genome.instruction is not None else set()) | \
+                (self.demo_dims if genome.demo_ids is not None else set())
+        assignment = dict(genome.assignment)
+        moves = [n for n in self.context.space.neighbours(assignment)
+                 if not any(n[d] != assignment[d] for d in fixed)]
+        if not moves:
+            return None
+        chosen = moves[int(self.rng.integers(len(moves)))]
+        return replace(genome, assignment=tuple(sorted(chosen.items())))
+
+    def _swap_demo(self, parent_key: str) -> Iterator[TrialRequest]:
+        """(c) One demo replaced by a train example the parent answered right (a bootstrapped demo)."""
+        parent, genome = self.candidates[parent_key], self.genomes[parent_key]
+        demos = list(parent.spec.demo_ids)
+        if not demos or not self.swapping:  # swaps refine a searched few-shot dimension, never add demos
+            return None
+        pool = [i for i in self.context.train_ids if i not in demos]
+        batch = rotating_minibatch(pool, self.steps, self.options.minibatch)
+        if todo := self.missing(parent, batch):
+            yield TrialRequest(parent, todo, "demo bootstrap")
+        solved = [r.example_id for r in self.records(parent, batch) if r.correct]
+        if not solved:
+            return None
+        demos[int(self.rng.integers(len(demos)))] = solved[int(self.rng.integers(len(solved)))]
+        return replace(genome, demo_ids=tuple(demos))
+
+    def _merge(self, parent_key: str) -> Genome | None:
+        """(d) The instruction of one pool prompt with the rest of another that wins elsewhere."""
+        others = [k for k in self.pool if k != parent_key]
+        if not others:
+            return None
+        donor = self.genomes[self._parent() if len(others) > 1 else others[0]]
+        genome = self.genomes[parent_key]
+        if donor == genome:
+            return None
+        assignment = {**dict(genome.assignment),
+                      **{n: i for n, i in donor.assignment if n in self.instruction_dims}}
+        if not self.context.space.is_valid(assignment):
+            return None
+        return replace(genome, assignment=tuple(sorted(assignment.items())), instruction=donor.instruction)
+
+    def report_lines(self) -> list[str]:
+        made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in MOVES)
+        leader = next(iter(self.ranking()), None)
+        lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps; children by "
+                 f"move: {made}); race block {len(self.block)} dev examples; finalists on "
+                 f"{len(self.final_ids)} dev examples; calibration {'raced' if self.options.calibration else 'off'}"
+                 f"{', chosen by the leader' if leader is not None and leader.spec.calibrate else ''}."]
+        if self.critiques:
+            lines += ["Critiques (false positives and false negatives kept apart):",
+                      *(f"- {c}" for c in self.critiques)]
+        return lines
