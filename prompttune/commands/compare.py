@@ -28,8 +28,12 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    added = [name.strip() for name in (args.add_optimizers or "").split(",") if name.strip()]
+    if added and not args.resume:
+        raise UserError("--add-optimizers adds arms to an earlier comparison: give its directory with --resume")
     if args.resume:
-        result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs)
+        result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs, add=added,
+                                add_options=parse_options(args.option))
     else:
         if args.seeds < 1:
             raise UserError("--seeds must be at least 1")
@@ -87,4 +91,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "
                          "(its own settings; finished arms are read back, the others resumed, paid calls charged once)")
+    compare.add_argument("--add-optimizers", metavar="NAMES", help="with --resume: run these optimizers too, on the "
+                         "comparison's seeds, data draws and cap, and report all arms (finished comparisons too; "
+                         "--option may set the added arms' options)")
     compare.set_defaults(handler=_compare)

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Sequence
 
 from rich.console import Console
 
@@ -323,21 +323,44 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
 
 def resume_compare(run_dir: Path, backend: Backend | None = None, console: Console | None = None,
                    progress: bool = False, jobs: int = 1, backend_factory: BackendFactory | None = None,
-                   data: Task | None = None) -> Comparison:
+                   data: Task | None = None, add: Sequence[str] = (),
+                   add_options: dict[str, dict[str, Any]] | None = None) -> Comparison:
     """Finish an interrupted comparison with its own settings (see `run_compare`; in-memory `data` is
-    passed again)."""
+    passed again). `add` names optimizers to run beside the saved ones, on the same seeds, data draws
+    and cap (`add_options` their options), finished comparison or not: the arms that ran are read back,
+    and the report covers them all. Refused when an added arm would change what the others search."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a compare run directory")
-    if (run_dir / "summary.json").is_file():
+    if (run_dir / "summary.json").is_file() and not add:
         raise UserError(f"{run_dir} finished already (summary.json exists); nothing to resume")
     saved = read_json(run_dir / "config.json")
     if not isinstance(saved, dict) or not {"run", "optimizers", "seeds", "options", "mode", "match"} <= saved.keys():
         raise UserError(f"{run_dir} is not a compare run directory (its config.json is an optimize run's?)")
     RUN_DIR.set(run_dir)
     config = RunConfig.model_validate(saved["run"])
-    return run_compare(config, saved["optimizers"], saved["seeds"], saved["options"], backend, console,
+    arms, options = list(saved["optimizers"]), dict(saved["options"])
+    if add:
+        if again := [arm for arm in add if arm in arms]:
+            raise UserError(f"--add-optimizers: {', '.join(again)} already in the comparison at {run_dir}")
+        if stray := sorted(set(add_options or {}) - set(add)):
+            raise UserError(f"--option names optimizers not added: {', '.join(stray)}")
+        options.update(add_options or {})
+        _same_coverage(config, arms, [*arms, *add], options, saved["mode"], data)
+        arms += list(add)
+    return run_compare(config, arms, saved["seeds"], options, backend, console,
                        mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
                        allow_underspend=saved.get("allow_underspend", False), progress=progress,
                        native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory, data=data)
 
+
+def _same_coverage(config: RunConfig, before: list[str], after: list[str], options: dict[str, dict[str, Any]],
+                   mode: str, data: Task | None) -> None:
+    """An added arm may not change what the others search (same-space mode shares the dimensions
+    every arm can search): their runs would no longer be comparable with its."""
+    split_seed = config.split_seed
+    old = _draw(config, before, options, mode, split_seed, data)[3]
+    new = _draw(config, after, options, mode, split_seed, data)[3]
+    if changed := [arm for arm in before if old[arm].searched != new[arm].searched]:
+        raise UserError(f"adding {', '.join(a for a in after if a not in before)} would change what "
+                        f"{', '.join(changed)} search(es) in {mode} mode; start a new comparison instead")

@@ -1,0 +1,113 @@
+"""The flagship optimizer (reflect) on test devices: calibration is raced and ships when it pays, the
+dense margin score, the budget it fills, and what same-space comparisons hold it to."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import prompttune
+from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend
+from prompttune.comparing.coverage import plan_coverage
+from prompttune.core.errors import UserError
+from prompttune.core.types import Record, ScoreRequest, ScoreResult
+from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.optimizers.base import SearchContext
+from prompttune.optimizers.reflect import ReflectiveRace, margin
+from prompttune.search_spaces import default_space
+from tests.support import oracle_config, oracle_for, task_of
+
+
+class LabelBiasedOracle(SyntheticOracleBackend):
+    """A TEST DEVICE: every prompt prefers the first label by 2 nats whatever the input, and the gold
+    label by 1.5: raw scoring answers the first label always, calibrated scoring is always right."""
+
+    def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        results = []
+        for r in requests:
+            example = self._query(r.text)
+            scores = [2.0 if i == 0 else 0.0 for i in range(len(r.continuations))]
+            if example is not None:
+                scores[example.label] += 1.5
+            results.append(ScoreResult(tuple(s - 5.0 for s in scores), len(r.text.split()), len(r.continuations)))
+        return results
+
+
+def _biased_problem() -> OracleProblem:
+    problem = OracleProblem.colours()
+    examples = [ex for split in problem.task.splits.values() for ex in split]
+    return OracleProblem(problem.task, problem.space, LabelBiasedOracle(examples, lambda text: 0.5))
+
+
+def test_calibration_is_raced_and_ships_with_the_prompt_when_it_pays() -> None:
+    problem = _biased_problem()
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+                              backend=problem.backend, record=False)
+    assert run.outcome.leader.spec.calibrate and run.shipped.spec.calibrate
+    # The verdict scored the shipped prompt calibrated on test: every answer right, against a third raw.
+    assert run.confirmation.best_accuracy == 1.0 and run.confirmation.baseline_accuracy == pytest.approx(1 / 3)
+    assert run.ledger.calls_by_kind["content-free"] > 0  # the probes are charged like any call
+    off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+                              backend=problem.backend, record=False, options={"calibration": False})
+    assert not any(c.spec.calibrate for c in off.outcome.ranking)
+
+
+def test_the_margin_is_dense_and_bounded() -> None:
+    def record(gold: int, pred: int | None, scores: tuple[float, ...] | None) -> Record:
+        return Record("x", gold, pred, scores, None, 10, 1, False)
+    sure, unsure = record(0, 0, (-0.1, -4.0, -5.0)), record(0, 0, (-1.0, -1.2, -3.0))
+    assert margin(sure) == pytest.approx(3.9) and margin(unsure) == pytest.approx(0.2)  # both right, not alike
+    assert margin(record(0, 1, (-50.0, -0.01, -9.0))) == -10.0  # clipped: one confident error cannot swamp a block
+    assert margin(record(1, 1, None)) == 1.0 and margin(record(1, None, None)) == -1.0  # generated answers
+
+
+def test_the_first_race_block_has_four_examples_per_class() -> None:
+    problem = OracleProblem.colours()
+    dev = [ex.id for ex in problem.task.splits["dev"]]
+    six = SearchContext(problem.space, [], dev, n_classes=6, budget=1200)
+    assert ReflectiveRace.first_block(six, ReflectiveRace.Options()) == 24
+    with pytest.raises(UserError, match="reflect: the budget 60 cannot race"):
+        ReflectiveRace.check(SearchContext(problem.space, [], dev, n_classes=3, budget=60))
+
+
+@pytest.mark.parametrize("budget", [400, 1000])
+def test_it_spends_at_least_ninety_percent_of_the_cap_and_never_more(budget: int) -> None:
+    problem = OracleProblem.colours(sizes=(60, 300, 60))
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=budget, space=problem.space,
+                              backend=problem.backend, record=False)
+    assert 0.9 * budget <= run.ledger.calls <= budget
+    assert "Pick the colour" in run.outcome.leader.spec.instruction
+
+
+def test_same_space_holds_what_the_space_does_not_declare_native_mode_lets_it_write_and_calibrate(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    space = default_space(task_of(config)).bind(task_of(config).splits["train"])
+    # The space lists instructions, so an instruction writer writes them; it declares no calibration.
+    same = plan_coverage(["random", "reflect"], space, "same-space", {})["reflect"]
+    assert same.options == {"calibration": False} and "calibrate" in same.held_fields
+    assert same.sources == ("listed values", "written by a model")
+    formats_only = replace(space, dimensions=[d for d in space.dimensions if d.target != "instruction"])
+    held = plan_coverage(["random", "reflect"], formats_only, "same-space", {})["reflect"]
+    assert held.options == {"write_instructions": False, "calibration": False}
+    native = plan_coverage(["reflect"], space, "native", {})["reflect"]
+    assert native.sources == ("listed values", "written by a model", "contextual calibration")
+    assert "calibrate" not in native.held_fields
+
+
+def test_an_arm_added_to_a_comparison_runs_on_its_seeds_and_reads_the_others_back(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    first = run_compare(config, ["random"], [0, 1], {}, backend=oracle_for(config), allow_underspend=True)
+    backend = oracle_for(config)
+    with pytest.raises(UserError, match="would change what random search"):
+        resume_compare(first.run_dir, backend=backend, add=["p2g"])  # same-space: p2g shares the instruction only
+    with pytest.raises(UserError, match="random already in the comparison"):
+        resume_compare(first.run_dir, backend=backend, add=["random"])
+    both = resume_compare(first.run_dir, backend=backend, add=["sh"], add_options={"sh": {"eta": 3}})
+    assert both.arms == ["random", "sh"] and [(r.arm, r.seed) for r in both.runs] == [
+        ("random", 0), ("random", 1), ("sh", 0), ("sh", 1)]
+    assert [(r.run_dir, r.best, r.confirmation) for r in both.runs[:2]] == [
+        (r.run_dir, r.best, r.confirmation) for r in first.runs]  # read back, not run again
+    assert {r.test_ids for r in both.runs if r.seed == 0} == {first.runs[0].test_ids}  # the seed's own draw
+    assert "| sh |" in (first.run_dir / "report.md").read_text()
