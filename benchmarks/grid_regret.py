@@ -8,7 +8,8 @@ size calls), through the ordinary `optimize` runner with that cache as a shared 
 result it reads is charged to its ledger as the call it stands for (MeteredCache), so the budget
 is real, while the model is never called (a backend that refuses calls proves the search stayed
 on the grid). mipro and bfrs are left out: they write instructions and bootstrap demos with model
-calls the grid does not hold.
+calls the grid does not hold; `reflect` runs on grid moves only (`reflect[accuracy]`: the same with its
+race ranked by accuracy instead of the gold label's margin, to measure what the dense score buys).
 
 Per optimizer and fraction: the mean regret in accuracy points against the grid's dev optimum
 (of the dev winner's full-dev score) and against the test optimum (of the dev winner and of what
@@ -16,7 +17,8 @@ ships after the held-out verdict), and the share of runs within one point of the
 Anchor: successive halving is reported to find a near-best prompt at 7.8% of a grid's cost.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/grid_regret.py [--seeds 20]
-     [--fractions 0.05,0.1,0.2] [--optimizers random,sh,spread] [--cache runs/grid-regret.sqlite]
+     [--fractions 0.05,0.1,0.2] [--optimizers random,sh,spread,reflect,reflect[accuracy]]
+     [--cache runs/grid-regret.sqlite]
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ from prompttune.objectives import get_objective
 from prompttune.search_spaces import Candidate
 
 HERE = Path(__file__).resolve().parent
+# Arms beyond an optimizer's defaults: reflect on grid moves only (the grid holds no proposer or
+# calibration calls), ranking its race by the margin (its default) or, as an ablation, by accuracy.
+ARMS = {"reflect": ("reflect", {"write_instructions": False, "calibration": False}),
+        "reflect[accuracy]": ("reflect", {"write_instructions": False, "calibration": False,
+                                          "race_score": "objective"})}
 
 
 class GridOnly:
@@ -129,8 +136,9 @@ def main() -> None:
                 budget = round(fraction * grid_cost)
                 runs = []
                 for seed in range(args.seeds):
-                    config = base.model_copy(update={"optimizer": optimizer, "seed": seed, "budget": budget,
-                                                     "runs_dir": runs_dir})
+                    name, options = ARMS.get(optimizer, (optimizer, {}))
+                    config = base.model_copy(update={"optimizer": name, "optimizer_options": options, "seed": seed,
+                                                     "budget": budget, "runs_dir": runs_dir})
                     result = run_study(config, backend=GridOnly(backend), console=Console(quiet=True))
                     runs.append((by_id[result.verdict.dev_winner.id], by_id[result.shipped.id],
                                  result.search_ledger.calls))

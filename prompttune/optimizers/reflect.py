@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -75,6 +75,8 @@ class ReflectOptions(OptimizerOptions):
     swap_demos: bool = Field(True, description="replace demos by train examples the parent answers right (where "
                              "the space searches few-shot k)")
     calibration: bool = Field(True, description="also race each prompt calibrated (contextual calibration)")
+    race_score: Literal["margin", "objective"] = Field("margin", description="what the race ranks by on the block: "
+                                                       "the gold label's margin, or the run's objective (an ablation)")
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,8 @@ class ReflectiveRace(Optimizer):
     def _mean_margin(self, key: str) -> float:
         if (key, len(self.block)) not in self.mean_margins:
             records = self.records(self.candidates[key], self.block)
-            mean = float(np.mean([margin(r) for r in records]))
+            mean = (float(np.mean([margin(r) for r in records])) if self.options.race_score == "margin"
+                    else self.context.score(records))
             self.mean_margins[key, len(self.block)] = round(mean, 9)  # float noise is no evidence: ties
         return self.mean_margins[key, len(self.block)]
 
