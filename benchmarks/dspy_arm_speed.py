@@ -49,24 +49,31 @@ from prompttune.engine.study import run_study  # noqa: E402
 
 
 class Counting:
-    """Wraps the backend: counts the requests it serves and the backend calls they came in."""
+    """Wraps the backend: counts the requests it serves, the backend calls they came in, and the
+    seconds spent scoring and generating (where the wall time goes)."""
 
     def __init__(self, inner) -> None:
         self.inner, self.model_id = inner, inner.model_id
         self.requests, self.batches = 0, []
+        self.seconds = {"score": 0.0, "generate": 0.0}
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def score(self, requests: list[ScoreRequest]):
+    def _timed(self, kind: str, call, requests: list):
         self.requests += len(requests)
         self.batches.append(len(requests))
-        return self.inner.score(requests)
+        start = time.perf_counter()
+        try:
+            return call(requests)
+        finally:
+            self.seconds[kind] += time.perf_counter() - start
+
+    def score(self, requests: list[ScoreRequest]):
+        return self._timed("score", self.inner.score, requests)
 
     def generate(self, requests: list[GenerateRequest]):
-        self.requests += len(requests)
-        self.batches.append(len(requests))
-        return self.inner.generate(requests)
+        return self._timed("generate", self.inner.generate, requests)
 
 
 @dataclass
@@ -75,6 +82,7 @@ class Run:
     seconds: float
     result: RunResult
     batches: list[int]
+    model_seconds: dict[str, float]
 
     @property
     def model_calls(self) -> int:
@@ -84,11 +92,11 @@ class Run:
 
 def compile_arm(config: RunConfig, task, backend: Counting, arm: str, options: dict, threads: int) -> Run:
     """One arm-seed through the run engine, as compare runs it, on a fresh in-memory cache."""
-    backend.batches = []
+    backend.batches, backend.seconds = [], {"score": 0.0, "generate": 0.0}
     start = time.perf_counter()
     result = run_study(config.model_copy(update={"optimizer": arm, "optimizer_options": {**options, "threads": threads}}),
                        task=task, backend=backend, record=False)
-    return Run(threads, time.perf_counter() - start, result, list(backend.batches))
+    return Run(threads, time.perf_counter() - start, result, list(backend.batches), dict(backend.seconds))
 
 
 def compare(one: Run, many: Run) -> list[str]:
@@ -127,10 +135,12 @@ def main() -> None:
     print(DSPY_OPTIMIZERS[args.arm](args.cap, Sizes(len(task.splits["train"]), len(task.splits["dev"])),
                                     options).description)
     runs = [compile_arm(config, task, backend, args.arm, options, threads) for threads in (1, args.threads)]
-    print(f"\n{'threads':>7} {'model calls':>11} {'backend calls':>13} {'largest':>7} {'seconds':>8} {'calls/s':>8}")
+    print(f"\n{'threads':>7} {'model calls':>11} {'backend calls':>13} {'largest':>7} {'seconds':>8} {'calls/s':>8} "
+          f"{'scoring s':>9} {'generating s':>12}")
     for run in runs:
         print(f"{run.threads:>7} {run.model_calls:>11} {len(run.batches):>13} {max(run.batches, default=0):>7} "
-              f"{run.seconds:>8.1f} {run.model_calls / run.seconds:>8.2f}"
+              f"{run.seconds:>8.1f} {run.model_calls / run.seconds:>8.2f} {run.model_seconds['score']:>9.1f} "
+              f"{run.model_seconds['generate']:>12.1f}"
               f"{'  (stopped by the cap)' if run.result.outcome.stopped_by_budget else ''}")
     print(f"speed-up: {runs[0].seconds / runs[1].seconds:.2f}x")
     print("\n".join(compare(*runs)))
