@@ -8,7 +8,10 @@ run_oracle` calls `prompttune.engine.study.run_study`): train 200 / dev 300 / te
 - null: every prompt 0.6 accurate, coins independent across prompts, or correlated through a
   shared per-example difficulty (Gaussian copula, rho 0.5);
 - +5 / +10 points: prompts that say "Pick" or carry two or more demos are better by that much
-  (every optimizer can reach one: word slot, proposed instruction or demo set).
+  (every optimizer can reach one: word slot, proposed instruction or demo set);
+- +10-rare: better prompts are rare: only "Pick" with the "Label:" output and the " | " separator,
+  3 of the space's 54 prompts, are 10 points better (demos do not help), so the search must find
+  three choices together before the verdict can confirm anything.
 
 Reported with Clopper-Pearson 95% intervals: how often a run confirms (null: false confirm;
 otherwise power = the shipped prompt is confirmed and truly better), how often the dev winner is
@@ -32,17 +35,18 @@ from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 
 from tests.support import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
 
-OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro")
+OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro", "reflect")
 CONDITIONS = {"null": (0.0, 0.0), "null-corr": (0.0, 0.5), "+5": (0.05, 0.0), "+10": (0.10, 0.0),
               "+5-corr": (0.05, 0.5), "+10-corr": (0.10, 0.5)}
+RARE = "+10-rare"  # only 3 of the 54 prompts are better (tests/support.py is_better), by 10 points
 BUDGET = 3000
 
 
 def one_run(job: tuple[str, str, int]) -> dict:
     name, condition, seed = job
-    delta, rho = CONDITIONS[condition]
+    delta, rho = (0.10, 0.0) if condition == RARE else CONDITIONS[condition]
     return {"optimizer": name, "condition": condition, "seed": seed,
-            **error_rate_run(name, BUDGET, seed, delta, rho)}
+            **error_rate_run(name, BUDGET, seed, delta, rho, rare=condition == RARE)}
 
 
 def rate(k: int, n: int) -> str:
@@ -59,7 +63,7 @@ def table(results: list[dict], conditions: list[str], optimizers: list[str]) -> 
     lines = ["| optimizer | " + " | ".join(head) + " |", "| --- " * (len(head) + 1) + "|"]
     for name in optimizers:
         cells = []
-        for c in conditions:
+        for c in [*nulls, *alts]:  # the header's order, whatever order --conditions gave
             runs = [r for r in results if r["optimizer"] == name and r["condition"] == c]
             key = "confirmed" if c.startswith("null") else "ships_better"
             cells.append(rate(sum(r[key] for r in runs), len(runs)) if runs else "–")
@@ -79,7 +83,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
-    parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--conditions", default=",".join([*CONDITIONS, RARE]))
     parser.add_argument("--save", type=Path, help="write every run's outcome here as JSON lines")
     args = parser.parse_args()
     optimizers, conditions = args.optimizers.split(","), args.conditions.split(",")

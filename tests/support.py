@@ -145,13 +145,17 @@ def error_rate_space() -> SearchSpace:
     return SearchSpace("error-rates", base, dims)
 
 
-def is_better(text: str) -> bool:
-    """The truly better prompts: 'Pick' in the instruction, or two or more demos (query included: 3 texts)."""
+def is_better(text: str, rare: bool = False) -> bool:
+    """The truly better prompts: 'Pick' in the instruction, or two or more demos (query included: 3
+    texts); `rare`: only 'Pick' with the 'Label:' output and the ' | ' separator (3 of the space's 54
+    prompts, whatever the field name), so a search must find three choices together."""
+    if rare:
+        return "Pick the colour" in text and "Label:" in text and " | " in text
     return "Pick the colour" in text or text.count(" is about colour ") >= 3
 
 
-def error_rate_accuracy(delta: float, base: float = 0.6):
-    return lambda text: base + delta if is_better(text) else base
+def error_rate_accuracy(delta: float, base: float = 0.6, rare: bool = False):
+    return lambda text: base + delta if is_better(text, rare) else base
 
 
 def critique(text: str) -> str:
@@ -174,15 +178,17 @@ def error_rate_proposer():
     return propose
 
 
-def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float) -> dict:
+def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float, rare: bool = False,
+                   options: dict | None = None) -> dict:
     """One search and verdict on the error-rate problem: did it confirm, is what ships truly better?"""
     run = run_oracle(name, budget, seed=seed, sizes=ERROR_RATE_SIZES, space=error_rate_space(),
-                     accuracy=error_rate_accuracy(delta), proposals=error_rate_proposer(), correlation=rho)
+                     accuracy=error_rate_accuracy(delta, rare=rare), proposals=error_rate_proposer(),
+                     correlation=rho, options=options)
     train = {e.id: e for e in run.task.splits["train"]}
     example = run.task.splits["test"][0]
 
     def better(spec: PromptSpec) -> bool:
-        return is_better(run.backend.to_text(render(spec, example, select_demos(spec, train))))
+        return is_better(run.backend.to_text(render(spec, example, select_demos(spec, train))), rare)
 
     verdict, outcome = run.verdict, run.outcome
     return {"confirmed": verdict.confirmed is not None,
