@@ -14,6 +14,7 @@ from prompttune.engine.export import load_winner
 from prompttune.engine.study import run_study
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.search_spaces.prompt import PromptSpec
 from tests.support import oracle_config, oracle_for, run_oracle
 
 
@@ -26,6 +27,10 @@ def test_what_ships_is_the_verdict(tmp_path: Path, name: str) -> None:
     assert shipped["candidate_id"] == verdict.shipped.id == result.shipped.id
     assert load_winner(run_dir)[0] == verdict.shipped.spec  # what `prompttune export` reads
     assert json.loads((run_dir / "dev_winner.json").read_text())["candidate_id"] == verdict.dev_winner.id
+    leaders = [json.loads(line) for line in (run_dir / "leaders.jsonl").read_text().splitlines()]
+    assert PromptSpec.from_dict(leaders[-1]["spec"]) == verdict.dev_winner.spec  # the last dev pick is the one tested
+    spends = [row["calls"] for row in leaders]
+    assert spends == sorted(spends) and spends[-1] <= result.search_ledger.calls
     if verdict.confirmed is None:
         assert shipped["is_baseline"] and verdict.shipped.id == result.baseline.id
         assert result.confirmation.gain == 0.0

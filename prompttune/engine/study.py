@@ -216,7 +216,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
 
 
 def _write_record(result: RunResult, task: Task, interim: bool) -> None:
-    """The prompts as the model sees them, report.md and verdict.json (last: it marks the run finished)."""
+    """The prompts as the model sees them, the dev leader at each spend, report.md and verdict.json
+    (last: it marks the run finished)."""
     run_dir, space, baseline, verdict = result.run_dir, result.space, result.baseline, result.verdict
     assert run_dir is not None
     example = task.splits["test"][0]
@@ -229,6 +230,9 @@ def _write_record(result: RunResult, task: Task, interim: bool) -> None:
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, result.prompt(baseline).render(example),
                  label="baseline: the task's default prompt, the one every candidate must beat")
+    write_atomic(run_dir / "leaders.jsonl", "".join(
+        json.dumps({"calls": calls, "tokens": tokens, "spec": asdict(spec)}) + "\n"
+        for calls, tokens, spec in result.outcome.leaders))  # the dev pick at each spend (budget_curve.py)
     write_report(result, result.config, task, space, baseline)
     write_run_facts(result, task)
 

@@ -7,7 +7,7 @@ share the live format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal, Mapping, Sequence
 
 from prompttune.core.types import Example, Prompt
@@ -48,6 +48,14 @@ class PromptSpec:
 
     def with_updates(self, **changes: object) -> "PromptSpec":
         return replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> "PromptSpec":
+        """A spec from its JSON form (`asdict`; lists back to tuples, keys it does not know ignored)."""
+        def tuples(value: object) -> object:
+            return tuple(tuples(v) for v in value) if isinstance(value, list) else value
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: tuples(value) for key, value in data.items() if key in known})
 
 
 COT_TRIGGER = "Let's think step by step, then give the final answer after 'Final answer:'."
