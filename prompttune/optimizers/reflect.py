@@ -12,7 +12,8 @@ Three stages, sized to the budget:
    `min_examples` or 4 examples per class.
 2. **Evolve.** A pool of the best `pool` prompts. Each step picks a parent from the per-example
    Pareto front of the pool (as GEPA: a prompt best on some examples of the block, drawn in
-   proportion to how many) and makes one child by a rotating move: (a) *reflection*: the parent's
+   proportion to how many) and makes one child by one of four moves, each drawn in proportion to
+   how often its children entered the pool so far: (a) *reflection*: the parent's
    errors on a train minibatch, with gold label, prediction and margin, false positives and false
    negatives of a class critiqued apart (as P2G), then an instruction edit; (b) a *grammar move*:
    one dimension of the space changed; (c) a *demo swap*: one demo replaced by a train example the
@@ -192,7 +193,7 @@ class ReflectiveRace(Optimizer):
         while idle < 20 * len(MOVES) and self._spent() + len(self.block) + self.options.minibatch + 2 < \
                 self.context.budget - self._final_reserve():
             self.steps += 1
-            move = MOVES[self.steps % len(MOVES)]
+            move = self._move()
             parent = self._parent()
             child = None
             if move == "reflect":
@@ -219,6 +220,12 @@ class ReflectiveRace(Optimizer):
             if rejected >= self.options.patience:
                 yield from self._grow_block()
                 rejected = 0
+
+    def _move(self) -> str:
+        """The next move, drawn in proportion to its children's success so far ((entered + 1) /
+        (made + 2)): on a model whose reflections do not help, grammar moves and merges take over."""
+        weights = np.array([(self.entered[m] + 1) / (self.made[m] + 2) for m in MOVES])
+        return MOVES[int(self.rng.choice(len(MOVES), p=weights / weights.sum()))]
 
     def _final(self) -> Iterator[TrialRequest]:
         """The finalists (and, through the driver, the baseline) on the longest dev prefix the rest
