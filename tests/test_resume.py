@@ -92,6 +92,7 @@ def _cached_keys(cache_file: Path) -> set[str]:
     ("sh", 0.5, 0.0),       # mid-search
     ("random", 1.0, 0.15),  # after the search, during the held-out verdict
     ("mipro", 0.5, 0.0),    # after its proposer calls
+    ("reflect", 0.5, 0.0),  # mid-race: its generator replays from the cache
 ])
 def test_kill_9_then_resume_gives_the_uninterrupted_result(tmp_path: Path, optimizer: str, share: float,
                                                            extra_wait: float, capsys) -> None:
