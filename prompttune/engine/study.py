@@ -228,7 +228,8 @@ def _write_record(result: RunResult, task: Task, interim: bool) -> None:
                  result.prompt(verdict.dev_winner).render(example),
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, result.prompt(baseline).render(example),
-                 label="baseline: the task's default prompt, the one every candidate must beat")
+                 label="baseline: the task's default prompt, the one every candidate must beat",
+                 **({"notes": list(space.notes)} if space.notes else {}))
     write_report(result, result.config, task, space, baseline)
     write_run_facts(result, task)
 
