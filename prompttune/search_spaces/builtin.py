@@ -89,10 +89,10 @@ def _other(name: str) -> Rename:
 
 
 def user_prompt_space(task: Task, prompt: UserPrompt) -> SearchSpace:
-    """The space derived around the user's prompt: its instruction and two generic ones, name,
-    separator and casing alternatives only where the prompt has the `Name: {}` layout, label-word variants,
-    few-shot k ∈ {0, 2, 4} from train, and the chat template on or off for a chat prompt. Its baseline renders
-    exactly the user's prompt."""
+    """The space derived around the user's prompt: its instruction and two generic ones, name, separator and
+    casing alternatives only where the prompt has the `Name: {}` layout, label-word variants (unless the prompt
+    writes its labels out), few-shot k ∈ {0, 2, 4} from train, and the chat template on or off for a chat
+    prompt. Its baseline renders exactly the user's prompt."""
     first_words = tuple(v[0] for v in task.verbalizers)
     parsed = parse_user_prompt(prompt, task.input_fields, first_words)
     base = parsed.spec
