@@ -14,6 +14,7 @@ from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine.comparison import run_compare
+from prompttune.engine.evaluation import EvaluateConfig, load_evaluation_task, load_prompts
 from prompttune.engine.setup import load_run_task, load_space, read_run_config
 from prompttune.engine.study import run_study
 from prompttune.search_spaces import default_space, render
@@ -230,3 +231,11 @@ def test_a_description_is_the_baseline_instruction_of_the_built_in_space(tmp_pat
     assert default_space(task).default_candidate().spec.instruction == "Name the colour ({labels})."
     with pytest.raises(UserError, match=r"description: the instruction may hold \{labels\} only, not \{text\}"):
         load_task(str(_task_file(tmp_path, "description: Name the colour of {text}.\n")), sizes=SIZES)
+
+
+def test_evaluate_samples_the_space_derived_around_the_prompt_file(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("Which colour is this item?\nItem: {text}\nAnswer:\n")
+    config = EvaluateConfig(task=str(colours_task_file(tmp_path)), prompt=str(tmp_path / "mine.txt"), sample=5,
+                            train_size=60, dev_size=60, test_size=90)
+    sampled = load_prompts(config, load_evaluation_task(config))
+    assert len(sampled) == 5 and all("instruction=" in p.source and "few_shot.k=" in p.source for p in sampled)
