@@ -15,6 +15,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default="agnews", help="agnews, sst2, or a task YAML file")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
     parser.add_argument("--space", help="search-space YAML file (default: the task's built-in space)")
+    add_prompt_argument(parser)
     add_seed_arguments(parser)
     add_backend_arguments(parser)
     parser.add_argument("--scoring", default="logit",
@@ -22,6 +23,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_split_arguments(parser)
     parser.add_argument("--runs-dir", default="runs")
     parser.add_argument("--cache", help="shared SQLite cache file (default: one per run)")
+
+
+def add_prompt_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", metavar="FILE",
+                        help="your prompt, the baseline (replaces the task file's): a template with {field} per input "
+                             "field and optional {labels}, or a YAML/JSON file with prompt: or messages:; without "
+                             "--space the space is derived around it")
 
 
 def seed_value(text: str) -> int:

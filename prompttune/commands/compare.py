@@ -41,7 +41,7 @@ def _compare(args: argparse.Namespace) -> int:
         if not arms:
             raise UserError("--optimizers names no optimizer")
         config = RunConfig(
-            task=args.task, data_dir=args.data_dir, space=args.space, budget=args.budget,
+            task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, budget=args.budget,
             budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
             train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
             runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))

@@ -11,8 +11,8 @@ from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 
 def _evaluate(args: argparse.Namespace) -> int:
     config = EvaluateConfig(
-        task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, sample=args.sample,
-        split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
+        task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, prompt=args.prompt,
+        sample=args.sample, split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
         posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, budget=args.budget,
         max_new_tokens=args.max_new_tokens, seed=args.seed, split_seed=args.split_seed,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size, runs_dir=args.runs_dir,

@@ -39,7 +39,7 @@ def _optimize(args: argparse.Namespace) -> int:
         print("\n".join(f"  {line}" for line in describe_options(get_optimizer(args.optimizer).Options)))
         return 0
     config = RunConfig(
-        task=args.task, data_dir=args.data_dir, space=args.space, optimizer=args.optimizer,
+        task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, optimizer=args.optimizer,
         optimizer_options=dict(parse_option(o) for o in args.option), budget=args.budget,
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
         scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,

@@ -1,7 +1,9 @@
-"""`prompttune space show FILE` (dimensions and size) and `prompttune space sample FILE -n N`.
+"""`prompttune space show [FILE]` (dimensions and size) and `prompttune space sample [FILE] -n N`.
 
-Both load the task with the same split options as `optimize`, so `sample` shows exactly the
-prompts (demos included) that an optimize run with the same options would evaluate.
+Without FILE both show the space `optimize --task` searches without `--space`: the one derived around the
+task's prompt (or `--prompt FILE`), else the built-in one. Both load the task with the same split options
+as `optimize`, so `sample` shows exactly the prompts (demos included) that an optimize run with the same
+options would evaluate.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from prompttune.commands.common import add_seed_arguments, add_split_arguments
+from prompttune.commands.common import add_prompt_argument, add_seed_arguments, add_split_arguments
 from prompttune.commands.space_report import print_space, write_sample
 from prompttune.core.errors import UserError
-from prompttune.search_spaces.loader import load_space_file, parse_space_file
+from prompttune.engine.setup import task_space
+from prompttune.search_spaces.loader import parse_space_file
 from prompttune.search_spaces.prompt import render, select_demos
 from prompttune.search_spaces.space import SearchSpace
 from prompttune.tasks import SplitSizes, Task, load_task
@@ -23,16 +26,18 @@ from prompttune.tasks.builtin import BUILTIN
 
 
 def _add_task_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="search-space YAML file")
+    parser.add_argument("file", nargs="?", help="search-space YAML file (default: the space optimize derives for "
+                                                "--task, around its prompt where it has one)")
     parser.add_argument("--task", help="agnews, sst2, or a task YAML file (default: the file's `task`)")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
+    add_prompt_argument(parser)
     add_seed_arguments(parser)
     add_split_arguments(parser)
 
 
 def add_parser(subparsers: Any) -> None:
     """Register `space show` and `space sample` on the CLI's sub-command parsers."""
-    space = subparsers.add_parser("space", help="inspect a search-space file")
+    space = subparsers.add_parser("space", help="inspect a search space: a space file, or the one derived for a task")
     commands = space.add_subparsers(dest="space_command", required=True)
     show = commands.add_parser("show", help="dimension table, size and rules of a space")
     _add_task_options(show)
@@ -44,13 +49,15 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _load(args: argparse.Namespace) -> tuple[SearchSpace, Task]:
+    if args.file is None and args.task is None:
+        raise UserError("give a space FILE or --task (agnews, sst2 or a task YAML file) for the space derived for it")
     name = args.task or parse_space_file(args.file).task
     if name is None or (args.task is None and name not in BUILTIN):
         raise UserError(f"{args.file}: pass --task (agnews, sst2 or a task YAML file)"
                         + (f"; the space was written for {name!r}" if name else ""))
     task = load_task(name, args.data_dir, SplitSizes(args.train_size, args.dev_size, args.test_size),
                      args.split_seed)
-    return load_space_file(args.file, task), task
+    return task_space(task, args.file, args.prompt), task
 
 
 def show_space(args: argparse.Namespace) -> int:

@@ -35,6 +35,8 @@ def print_space(space: SearchSpace, task: Task) -> None:
     console.print(Text(f"valid candidates: {space.size()}"))
     for rule in space.constraints:
         console.print(Text(f"  rule: {rule.describe()}"))
+    for note in space.notes:
+        console.print(Text(note))
 
 
 def _show_prompt(prompt: Prompt) -> str:

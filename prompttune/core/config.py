@@ -32,6 +32,8 @@ class RunConfig(BackendConfig):
     task: str = "agnews"
     data_dir: str | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
     space: str | None = Field(None, description="search-space file; default: the task's built-in space")
+    prompt: str | None = Field(None, description="your prompt file, the baseline (replaces the task file's "
+                                                 "prompt); the space is derived around it")
     dimensions: list[str] | None = Field(None, description="search only these dimensions of the space; hold the "
                                                            "rest at the baseline (compare's same-space mode)")
     native_demos: int = Field(0, ge=0, description="add few-shot k in {0, 2, ..., K} to a space that declares no "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 
 class UserError(Exception):
     """Bad input from the user (file, option, data): reported in one line, exit code 2."""
@@ -27,3 +29,13 @@ class BackendUnavailable(UserError):
         super().__init__(message)
         self.completed = completed or {}
         self.run_dir: Path | None = None
+
+
+def validation_message(exc: ValidationError) -> str:
+    """`key.path: what was expected` for the first error of a file's schema (union branch tags left out)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"] if "[" not in str(p)) or "<top level>"
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        message = "unknown key (not part of the schema)"
+    return f"{where}: {message}"

@@ -19,7 +19,7 @@ from prompttune.backends.factory import build_backend
 from prompttune.core.config import BackendConfig, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import Record
-from prompttune.engine.setup import check_paths, make_run_dir
+from prompttune.engine.setup import check_paths, make_run_dir, task_space
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -37,8 +37,6 @@ from prompttune.objectives.multiprompt import (
 from prompttune.objectives.stats import wilson_ci
 from prompttune.reports.evaluate_report import print_summary, write_outputs
 from prompttune.reports.html_report import write_html_report
-from prompttune.search_spaces import default_space
-from prompttune.search_spaces.loader import load_space_file
 from prompttune.tasks import SplitSizes, Task, load_task
 
 SINGLE_PROMPT_SCORINGS = ("logit", "generate", "calibrated")
@@ -51,6 +49,8 @@ class EvaluateConfig(BackendConfig):
     data_dir: str | None = None
     prompts: str | None = Field(None, description="prompts file: a YAML/JSON list of templates")
     space: str | None = Field(None, description="space file for --sample; default: the built-in space")
+    prompt: str | None = Field(None, description="your prompt file (replaces the task file's): --sample draws "
+                                                 "from the space derived around it")
     sample: int | None = Field(None, gt=0, description="evaluate N distinct candidates of the space")
     split: Literal["dev", "test"] = "test"
     scoring: str = "logit"
@@ -177,15 +177,12 @@ def load_prompts(config: EvaluateConfig, task: Task, given: list[NamedPrompt] | 
     elif (config.prompts is None) == (config.sample is None):
         raise UserError("give either --prompts FILE or --sample N (from --space FILE or the built-in space)")
     elif config.prompts is not None:
-        if config.space is not None:
-            raise UserError("--space goes with --sample N, not with --prompts")
+        if config.space is not None or config.prompt is not None:
+            raise UserError(f"{'--space' if config.space is not None else '--prompt'} goes with --sample N, "
+                            f"not with --prompts")
         prompts = load_prompts_file(config.prompts, task)
     else:
-        if config.space is None:
-            space = default_space(task).bind(task.splits["train"])
-        else:
-            space = load_space_file(config.space, task)
-        prompts = sample_space(space, config.sample or 0, config.seed)
+        prompts = sample_space(task_space(task, config.space, config.prompt), config.sample or 0, config.seed)
     if len(prompts) < 2:
         raise UserError(f"evaluate compares prompts: got {len(prompts)}, need at least 2")
     if config.ensemble is not None and config.ensemble > len(prompts):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from contextvars import ContextVar
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext
 from prompttune.search_spaces import SearchSpace, default_space
 from prompttune.tasks import SplitSizes, Task, load_task
+from prompttune.tasks.user_prompt import read_prompt_file
 
 RUN_DIR: ContextVar[Path | None] = ContextVar("run_dir", default=None)
 """The run directory the command is writing (the newest, when it makes several): where the CLI leaves the
@@ -62,17 +64,25 @@ def search_context(config: RunConfig, task: Task, space: SearchSpace, objective:
                          dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha))
 
 
-def load_space(config: RunConfig, task: Task) -> SearchSpace:
-    """The space the run searches: the `--space` file or the task's built-in space, with few-shot
-    demos added up to `config.native_demos` where it declares none, and only `config.dimensions`
-    searchable when it names some."""
-    if config.space is None:
-        space = default_space(task)
-    else:
-        from prompttune.search_spaces.loader import load_space_file
+def task_space(task: Task, space_file: str | None, prompt_file: str | None) -> SearchSpace:
+    """The `--space` file, else the space prompttune builds for the task: around the user's prompt (`--prompt`
+    file, else the task's own) where there is one, bound to the train split. `--prompt` and `--space` each set
+    the baseline: one at a time."""
+    if space_file is not None and prompt_file is not None:
+        raise UserError(f"--prompt {prompt_file} and --space {space_file} both set the baseline: give --prompt to "
+                        f"search the space derived around your prompt, or --space for the space file's own baseline")
+    if space_file is None:
+        prompted = replace(task, prompt=read_prompt_file(prompt_file)) if prompt_file is not None else task
+        return default_space(prompted).bind(task.splits["train"])
+    from prompttune.search_spaces.loader import load_space_file
 
-        space = load_space_file(config.space, task)
-    space = space.with_demos(config.native_demos)
+    return load_space_file(space_file, task)
+
+
+def load_space(config: RunConfig, task: Task) -> SearchSpace:
+    """The space the run searches (`task_space`), with few-shot demos added up to `config.native_demos`
+    where it declares none, and only `config.dimensions` searchable when it names some."""
+    space = task_space(task, config.space, config.prompt).with_demos(config.native_demos)
     return space.searching_only(config.dimensions) if config.dimensions is not None else space
 
 

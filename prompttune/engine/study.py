@@ -229,7 +229,8 @@ def _write_record(result: RunResult, task: Task, interim: bool) -> None:
                  result.prompt(verdict.dev_winner).render(example),
                  label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
     write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, result.prompt(baseline).render(example),
-                 label="baseline: the task's default prompt, the one every candidate must beat")
+                 label="baseline: the task's prompt (yours, or the default), the one every candidate must beat",
+                 **({"notes": list(space.notes)} if space.notes else {}))
     write_atomic(run_dir / "leaders.jsonl", "".join(
         json.dumps({"calls": calls, "tokens": tokens, "spec": asdict(spec)}) + "\n"
         for calls, tokens, spec in result.outcome.leaders))  # the dev pick at each spend (budget_curve.py)

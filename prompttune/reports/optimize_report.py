@@ -147,6 +147,13 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            if result.resumed else ""),
         "",
         *_servers_section(result.servers),
+        "## Baseline (`baseline_prompt.json`, `baseline_prompt.txt`)",
+        "",
+        *[line for note in space.notes for line in (note, "")],
+        "```text",
+        (result.run_dir / "baseline_prompt.txt").read_text().rstrip("\n"),
+        "```",
+        "",
         "## Shipped prompt (`best_prompt.json`, `best_prompt.txt`)",
         "",
         f"Candidate `{shipped.id}`"

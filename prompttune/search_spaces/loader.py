@@ -7,22 +7,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from prompttune.core.errors import UserError
+from prompttune.core.errors import UserError, validation_message
 from prompttune.core.yamlio import load_yaml
 from prompttune.search_spaces.assemble import SpaceError, build_space
 from prompttune.search_spaces.schema import SpaceFile
 from prompttune.search_spaces.space import SearchSpace
 from prompttune.tasks.base import Task
-
-
-def validation_message(exc: ValidationError) -> str:
-    """`key.path: what was expected` for the first error (union branch tags left out)."""
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"] if "[" not in str(p)) or "<top level>"
-    message = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        message = "unknown key (not part of the schema)"
-    return f"{where}: {message}"
 
 
 def parse_space_file(path: str | Path) -> SpaceFile:

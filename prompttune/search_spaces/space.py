@@ -104,7 +104,8 @@ class SearchSpace:
 
     Plain callables in `constraints` become rules over all dimensions. `composers` run in order
     after the dimension values are applied; `demo_pool` is the train split the few-shot composer
-    draws from (see `bind`).
+    draws from (see `bind`). `notes` say how the space was built where a reader should know it
+    (where its baseline came from, what was added to it): `space show` and the run report print them.
     """
 
     name: str
@@ -115,6 +116,7 @@ class SearchSpace:
     composers: list[Composer] = field(default_factory=list)
     demo_pool: tuple[Example, ...] = ()
     enumerate_limit: int = ENUMERATE_LIMIT
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.dimensions]

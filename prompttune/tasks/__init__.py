@@ -7,6 +7,7 @@ from prompttune.core.types import Example
 from prompttune.tasks.base import SplitSizes, Task
 from prompttune.tasks.builtin import BUILTIN, load_builtin
 from prompttune.tasks.custom import load_custom
+from prompttune.tasks.user_prompt import UserPrompt
 
 
 def load_task(name_or_path: str, data_dir: str | Path | None = None,
@@ -21,4 +22,4 @@ def load_task(name_or_path: str, data_dir: str | Path | None = None,
     raise UserError(f"unknown task {name_or_path!r}: use one of {', '.join(BUILTIN)} or a task YAML file")
 
 
-__all__ = ["Example", "SplitSizes", "Task", "load_task"]
+__all__ = ["Example", "SplitSizes", "Task", "UserPrompt", "load_task"]

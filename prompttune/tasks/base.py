@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
+from prompttune.tasks.user_prompt import UserPrompt
 
 SplitName = Literal["train", "dev", "test"]
 
@@ -18,7 +19,9 @@ SplitName = Literal["train", "dev", "test"]
 class Task:
     """Name, labels with verbalizer options, input fields and the train/dev/test splits.
 
-    `verbalizers[i]` lists candidate words for label `i`; the first one is the default.
+    `verbalizers[i]` lists candidate words for label `i`; the first one is the default. `prompt` is the
+    user's own prompt, the baseline of the space derived around it; `description` is the baseline instruction
+    of the built-in space of a task that has none of its own.
     """
 
     name: str
@@ -29,6 +32,7 @@ class Task:
     description: str = ""
     kind: str = "classification"
     meta: dict[str, str] = field(default_factory=dict)
+    prompt: UserPrompt | None = None
 
     def split(self, name: SplitName) -> list[Example]:
         return self.splits[name]
@@ -50,15 +54,13 @@ class Task:
         how a comparison gives each seed its own draw of in-memory data."""
         pool = list({ex.id: ex for split in self.splits.values() for ex in split}.values())
         sizes = SplitSizes(*(len(self.splits[name]) for name in ("train", "dev", "test")))
-        return Task(self.name, self.labels, self.verbalizers, self.input_fields,
-                    make_splits({name: pool for name in ("train", "dev", "test")}, sizes, seed, self.name),
-                    self.description, self.kind, dict(self.meta))
+        return replace(self, splits=make_splits({name: pool for name in ("train", "dev", "test")}, sizes, seed,
+                                                self.name), meta=dict(self.meta))
 
     def without_test(self) -> "Task":
         """The view an optimizer receives: the test split is physically absent."""
         visible = {k: v for k, v in self.splits.items() if k != "test"}
-        return Task(self.name, self.labels, self.verbalizers, self.input_fields, visible,
-                    self.description, self.kind, dict(self.meta))
+        return replace(self, splits=visible, meta=dict(self.meta))
 
 
 @dataclass(frozen=True)
@@ -136,13 +138,23 @@ def _rows(records: Records, what: str) -> list[Mapping[str, Any]]:
     return rows
 
 
-def _label_words(values: list[str], labels: Sequence[str] | Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
-    """label value -> verbalizer words: given, or the data's own label values (each its own word)."""
+def label_words(values: Iterable[str], labels: Sequence[str] | Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
+    """label value -> verbalizer words: given, or the data's own label values (sorted, each its own word)."""
     if labels is None:
         return {value: [value] for value in sorted(set(values))}
     if isinstance(labels, Mapping):
         return {str(k): [str(w) for w in words] for k, words in labels.items()}
     return {str(k): [str(k)] for k in labels}
+
+
+def check_verbalizers(where: str, words: Mapping[str, Sequence[str]]) -> None:
+    """A word may name one label only: a shared one cannot tell them apart (and drops out of every word set)."""
+    owner: dict[str, str] = {}
+    for label, listed in words.items():
+        for word in listed:
+            if owner.setdefault(word, label) != label:
+                raise UserError(f"{where}: labels {owner[word]!r} and {label!r} share the verbalizer word {word!r}; "
+                                f"give each label its own words")
 
 
 def task_from_records(records: Records | None = None, *, label: str, text: str | Sequence[str] | None = None,
@@ -171,7 +183,8 @@ def task_from_records(records: Records | None = None, *, label: str, text: str |
     for i, row in enumerate(every):
         if missing := needed - row.keys():
             raise UserError(f"task {name!r}: row {i} lacks {', '.join(sorted(missing))}")
-    words = _label_words([str(row[label]) for row in every], labels)
+    words = label_words([str(row[label]) for row in every], labels)
+    check_verbalizers(f"task {name!r}", words)
     label_names = list(words)
     if unknown := sorted({str(row[label]) for row in every} - set(label_names)):
         raise UserError(f"task {name!r}: the data has labels not listed in labels: {', '.join(unknown)}")

@@ -5,22 +5,25 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from prompttune.core.errors import UserError
+from prompttune.core.errors import UserError, validation_message
 from prompttune.core.types import Example
 from prompttune.core.yamlio import load_yaml
-from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
+from prompttune.tasks.base import SplitSizes, Task, check_labels, check_verbalizers, label_words, make_splits
+from prompttune.tasks.user_prompt import PromptSource
 
 _SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "val": "dev",
                   "test": "test"}
 
 
-class TaskFile(BaseModel):
-    """Schema of a task YAML file; unknown keys are errors so typos do not pass silently."""
+class TaskFile(PromptSource):
+    """Schema of a task YAML file (with the user's `prompt:` or `messages:`); unknown keys are errors so typos
+    do not pass silently."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -29,9 +32,10 @@ class TaskFile(BaseModel):
     text_columns: list[str] | dict[str, str] = Field(
         description="input columns; a mapping renames them (field name -> column)")
     label_column: str
-    labels: dict[str, list[str]] = Field(description="label value in the data -> verbalizer words")
+    labels: dict[str, list[str]] | None = Field(
+        None, description="label value in the data -> verbalizer words; default: the data's values, each its own word")
     split_column: str | None = None
-    description: str = ""
+    description: str = Field("", description="the baseline instruction of the built-in space (used without a prompt)")
     delimiter: str | None = Field(None, description="field delimiter of a csv/tsv file (default , or tab)")
 
     @field_validator("text_columns")
@@ -50,12 +54,19 @@ class TaskFile(BaseModel):
 
     @field_validator("labels")
     @classmethod
-    def _labels_have_words(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
-        if len(value) < 2:
+    def _labels_have_words(cls, value: dict[str, list[str]] | None) -> dict[str, list[str]] | None:
+        if value is not None and len(value) < 2:
             raise ValueError("a classification task needs at least two labels")
-        for label, words in value.items():
+        for label, words in (value or {}).items():
             if not words:
                 raise ValueError(f"label {label!r} has no verbalizer words")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _only_labels_placeholder(cls, value: str) -> str:
+        if unknown := [name for name in re.findall(r"\{(\w*)\}", value) if name != "labels"]:
+            raise ValueError(f"the instruction may hold {{labels}} only, not {{{unknown[0]}}}")
         return value
 
 
@@ -107,9 +118,7 @@ def _parse_spec(path: Path) -> TaskFile:
     try:
         return TaskFile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise UserError(f"{path}: {where}: {err['msg']}") from exc
+        raise UserError(f"{path}: {validation_message(exc)}") from exc
 
 
 def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
@@ -123,11 +132,16 @@ def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
         raise UserError(f"{path}: delimiter: a jsonl file has no delimiter")
     columns = (dict(zip(spec.text_columns, spec.text_columns)) if isinstance(spec.text_columns, list)
                else dict(spec.text_columns))
-    label_names = list(spec.labels)
     needed = set(columns.values()) | {spec.label_column} | ({spec.split_column} if spec.split_column else set())
     rows = _read_rows(data_path, fmt, spec.delimiter, needed)
     if not rows:
         raise UserError(f"{path}: {data_path} has no data rows")
+    words = label_words((r[spec.label_column] for r in rows), spec.labels)
+    if len(words) < 2:
+        raise UserError(f"{path}: label column {spec.label_column!r} holds one value ({', '.join(words)}); a "
+                        f"classification task needs at least two labels")
+    check_verbalizers(str(path), words)
+    label_names = list(words)
     unknown = sorted({r[spec.label_column] for r in rows} - set(label_names))
     if unknown:
         raise UserError(f"{path}: data has labels not declared under 'labels': {', '.join(unknown)}")
@@ -144,5 +158,5 @@ def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
             pools[split].append(ex)
     else:
         pools = {"train": examples, "dev": examples, "test": examples}
-    return Task(spec.name, label_names, [spec.labels[name] for name in label_names], list(columns),
-                make_splits(pools, sizes, seed, spec.name), spec.description)
+    return Task(spec.name, label_names, [words[name] for name in label_names], list(columns),
+                make_splits(pools, sizes, seed, spec.name), spec.description, prompt=spec.user_prompt(str(path)))
