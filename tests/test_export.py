@@ -7,18 +7,28 @@ import importlib.util
 import json
 from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import httpx
 import pytest
 from rich.console import Console
 
+from prompttune.backends.factory import build_backend
+from prompttune.backends.transformers_backend import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.engine.export import export
+from prompttune.engine.setup import read_run_config
 from prompttune.engine.study import run_study
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prompt_sources import exported_spec, load_prompts_file
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec, render
+from tests.llama_server import llama_server  # noqa: F401  (session fixture)
 from tests.support import oracle_config, oracle_for, task_of
 
 
@@ -53,14 +63,17 @@ def test_json_export_has_what_a_classifier_needs(tmp_path: Path) -> None:
     assert "{text}" in data["template"]["text"] and data["spec"]["demo_ids"] == list(spec.demo_ids)
 
 
+def _load_program(path: Path) -> ModuleType:
+    loader = importlib.util.spec_from_file_location("exported_program", path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
+
+
 def test_dspy_export_loads_as_a_dspy_program(tmp_path: Path) -> None:
     pytest.importorskip("dspy")
     run, spec, demos = _run_dir(tmp_path)
-    written = export(run, "dspy", tmp_path / "out")
-    loader = importlib.util.spec_from_file_location("exported_program", written[1])
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    program = module.load()
+    program = _load_program(export(run, "dspy", tmp_path / "out")[1]).load()
     assert program.signature.instructions == spec.instruction.replace("{labels}", "red, green, blue")
     assert [d["text"] for d in program.demos] == [d.fields["text"] for d in demos]
     assert [d["label"] for d in program.demos] == [spec.label_words[d.label] for d in demos]
@@ -149,3 +162,53 @@ def test_a_bad_export_entry_is_a_one_line_error(tmp_path: Path, entry: str, mess
     with pytest.raises(UserError, match=message) as raised:
         load_prompts_file(tmp_path / "prompts.yaml", task_of(oracle_config(tmp_path)))
     assert "\n" not in str(raised.value)
+
+
+class ChatServerEngine:
+    """A DSPy 3.4 LM engine that posts each request, as DSPy built it, to a server's
+    /v1/chat/completions (greedy, at the request's token limit), and keeps the messages it sent."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sent: list[list[dict[str, str]]] = []
+
+    def complete(self, request: Any) -> Any:
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        def text(parts: Any) -> str:
+            return parts if isinstance(parts, str) else "".join(getattr(p, "text", "") for p in parts or ())
+
+        messages = [{"role": "system", "content": text(request.system)}] if request.system else []
+        messages += [{"role": m.role, "content": text(m.parts)} for m in request.messages]
+        self.sent.append(messages)
+        body = {"model": "served", "messages": messages, "max_tokens": request.config.max_tokens,
+                "temperature": request.config.temperature}
+        answer = httpx.post(f"{self.url}/chat/completions", json=body, timeout=120).json()
+        return Response(id=None, model=request.model, finish_reason="stop", usage=Usage(input_tokens=0, output_tokens=0),
+                        message=Message.assistant([TextPart(answer["choices"][0]["message"]["content"])]))
+
+    def stream(self, request: Any) -> Any:
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+
+def test_the_dspy_export_predicts_as_the_run_prompt_on_the_embedded_model(
+        tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
+    dspy = pytest.importorskip("dspy")
+    run, spec, demos = _chat_run_dir(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai",
+                                     base_url=[llama_server], api="chat", model=EMBEDDED_MODEL, scoring="generate")
+    program = _load_program(export(run, "dspy", tmp_path / "out")[1]).load()
+    examples = task_of(read_run_config(run)).splits["test"][:6]
+    engine = ChatServerEngine(llama_server)
+    with dspy.context(lm=dspy.LM("served/embedded", engine=engine, cache=False, num_retries=0)):
+        labels = [program(**example.fields).label for example in examples]
+    # The run's shipped prompt, scored by prompttune as the run scored it (generation over chat).
+    backend = build_backend(read_run_config(run))
+    evaluator = Evaluator(backend, {e.id: e for e in examples}, {d.id: d for d in demos}, ResultCache(":memory:"),
+                          BudgetLedger(), scoring="generate")
+    records = evaluator.evaluate(spec, [e.id for e in examples])
+    backend.close()
+    assert engine.sent == [json.loads(backend.to_text(render(spec, e, demos))) for e in examples]
+    assert labels == [None if r.pred is None else spec.label_words[r.pred] for r in records]
+    assert len(set(labels)) > 1  # answers that name a label, and answers that do not
