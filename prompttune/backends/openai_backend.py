@@ -2,9 +2,9 @@
 
 The endpoint is chosen by `api`: `/v1/completions`, `/v1/chat/completions` (`openai_chat.py`:
 prompts sent as messages, labels read from the first answer token's top log-probs), or `auto`
-(completions when the server offers it, else chat). Over completions, label scoring is probed
-once at start-up; the mode is logged and written into `model_id`, so cached results of two modes
-(or of the two endpoints) never mix:
+(completions when the server offers it, else chat). How labels are scored is probed once at
+start-up; the mode, and the endpoint, are logged and written into `model_id`, so cached results
+of two modes or endpoints never mix:
 - `echo`: the server echoes prompt log-probs (`echo` + `logprobs`, with `text_offset`) and they
   agree with its next-token log-probs: exact teacher forcing, one request per label (vLLM).
 - `top_logprobs`: no trustworthy echo (llama-cpp-python's echoed log-probs are shifted by one

@@ -140,8 +140,10 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
     assistant message the server continues, or, where it cannot, after a newline at the end of the
     last message (what prompttune's --api chat does)."""
     prompt = template(spec, demos)
+    scored_with = {"backend": config.backend, "api": config.api if config.backend == "openai" else None,
+                   "scoring": config.scoring}
     return {"format": OPENAI_CHAT_FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task,
-            "model": config.model, "scored_with": {"backend": config.backend, "api": config.api, "scoring": config.scoring},
+            "model": config.model, "scored_with": scored_with,
             "input_fields": input_fields(spec), "chat": prompt.messages is not None,
             "messages": _chat_messages(prompt), "assistant_prefix": prompt.assistant_prefix,
             "label_words": list(spec.label_words), "answer": answer(spec, config, prompt),

@@ -70,7 +70,7 @@ class _Answer(BaseModel):
 class _OpenAIChatExport(BaseModel):
     """The parts of an openai-chat export that decide how it renders and is scored."""
 
-    format: Literal["prompttune-openai-chat/1"]
+    format: Literal[OPENAI_CHAT_FORMAT]
     input_fields: list[str]
     chat: bool
     messages: list[_Message] = Field(min_length=1)
