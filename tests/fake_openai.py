@@ -1,5 +1,6 @@
-"""A tiny OpenAI-compatible completions server for tests (stdlib http.server in threads) that fails,
-slows down or dies on command (the `fakes` fixture in conftest.py stops the ones a test started)."""
+"""A tiny OpenAI-compatible server for tests (stdlib http.server in threads): completions and chat
+completions, failing, slowing down or dying on command (the `fakes` fixture in conftest.py stops
+the ones a test started)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,21 @@ class FakeServer:
     in (-6, 0] fixed by the text up to and including it, so different prompts predict different
     labels; top lists and echo agree, so the backend scores by echo); answers
     the next completions with the statuses queued in `failures` first, each after `delay` seconds;
-    with `die_after` set, it stops (refuses connections) once it has answered that many."""
+    with `die_after` set, it stops (refuses connections) once it has answered that many.
+
+    Chat completions answer "x" per token, every token listing `chat_top` (best first, cut to the
+    `top_logprobs` asked, which may not pass `max_top`); with `prefill`, an answer to a final
+    assistant message it is asked to continue starts " Paris", as a real model's answer to the
+    backend's probe does. `completions=False` makes it a chat-only server (404 on /completions);
+    `chat_bodies` keeps every chat request."""
 
     def __init__(self, delay: float = 0.0, port: int = 0, echo: bool = True, varied: bool = False,
-                 die_after: int | None = None) -> None:
+                 die_after: int | None = None, completions: bool = True, prefill: bool = False,
+                 max_top: int = 20, chat_top: dict[str, float] | None = None) -> None:
         self.echo, self.varied, self.die_after = echo, varied, die_after
+        self.offers_completions, self.prefill, self.max_top = completions, prefill, max_top
+        self.chat_top = chat_top if chat_top is not None else {"red": -0.5, "green": -1.5, "blue": -2.5}
+        self.chat_bodies: list[dict] = []
         self.failures: list[int] = []
         self.completions = 0
         self.in_flight = 0
@@ -48,7 +59,7 @@ class FakeServer:
             return -1.0
         return -6.0 * (zlib.crc32(text.encode()) % 1000 / 1000) ** 3  # heavy-tailed: labels of any length can win
 
-    def answer(self, body: dict) -> tuple[int, dict]:
+    def answer(self, path: str, body: dict) -> tuple[int, dict]:
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -59,10 +70,17 @@ class FakeServer:
             self.completions += status == 200
             if self.completions == self.die_after:
                 threading.Thread(target=self.stop, daemon=True).start()
+        chat = path.endswith("/chat/completions")
         if status == 200 and body.get("echo") and not self.echo:
             status = 400
+        if status == 200 and not chat and not self.offers_completions:
+            return 404, {"error": {"message": "this is a chat model: use /v1/chat/completions"}}
+        if status == 200 and chat and (body.get("top_logprobs") or 0) > self.max_top:
+            return 400, {"error": {"message": f"top_logprobs must be at most {self.max_top}"}}
         if status != 200:
             return status, {"error": {"message": "busy\nsecond line"}}
+        if chat:
+            return 200, self._chat(body)
         prompt, completion = body["prompt"], "x" * body["max_tokens"]
         full = prompt + completion
         text = full if body.get("echo") else completion
@@ -74,6 +92,19 @@ class FakeServer:
                                       "xy": -3.0} for at in positions]}
         return 200, {"choices": [{"text": text, "logprobs": logprobs}],
                      "usage": {"prompt_tokens": len(prompt), "completion_tokens": body["max_tokens"]}}
+
+    def _chat(self, body: dict) -> dict:
+        with self._lock:
+            self.chat_bodies.append(body)
+        messages, n = body["messages"], body["max_tokens"]
+        go_on = self.prefill and body.get("continue_final_message") and messages[-1]["role"] == "assistant"
+        tokens = ([" Paris"] if go_on else []) + ["x"] * n
+        top = [{"token": t, "logprob": lp} for t, lp in sorted(self.chat_top.items(), key=lambda kv: -kv[1])]
+        listed = top[:body.get("top_logprobs") or 0]
+        logprobs = {"content": [{"token": t, "logprob": -1.0, "top_logprobs": listed} for t in tokens[:n]]}
+        return {"choices": [{"message": {"role": "assistant", "content": "".join(tokens[:n])},
+                             "logprobs": logprobs if body.get("logprobs") else None}],
+                "usage": {"prompt_tokens": len(json.dumps(messages)), "completion_tokens": n}}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         fake = self
@@ -97,6 +128,6 @@ class FakeServer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                self._send(*fake.answer(body))
+                self._send(*fake.answer(self.path, body))
 
         return Handler

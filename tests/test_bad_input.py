@@ -204,6 +204,8 @@ CASES = [
     Case("openai without a server", optimize("--backend", "openai"), "needs --base-url"),
     Case("server option on transformers", optimize("--base-url", "http://127.0.0.1:9/v1"),
          "--base-url does not apply to --backend transformers"),
+    Case("endpoint option on transformers", optimize("--api", "chat"), "--api does not apply to --backend transformers"),
+    Case("unknown endpoint", optimize("--backend", "openai", "--api", "responses"), "invalid choice: 'responses'"),
     Case("unreachable server", optimize("--backend", "openai", "--base-url", "http://127.0.0.1:9/v1",
                                         "--timeout", "2", "--retries", "0"),
          "cannot reach an OpenAI-compatible server at http://127.0.0.1:9/v1"),

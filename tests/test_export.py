@@ -1,4 +1,5 @@
-"""export: a run's winning prompt as text, JSON and a loadable DSPy program."""
+"""export: a run's winning prompt as text, JSON, chat messages (scored again by evaluate) and a
+loadable DSPy program, whose adapter sends the run's prompt (checked on the embedded model)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,34 @@ import importlib.util
 import json
 from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import httpx
 import pytest
+from rich.console import Console
 
+from prompttune.backends.factory import build_backend
+from prompttune.backends.transformers_backend import EMBEDDED_MODEL
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
+from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.engine.export import export
+from prompttune.engine.setup import read_run_config
+from prompttune.engine.study import run_study
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.prompt_sources import exported_spec, load_prompts_file
 from prompttune.search_spaces import default_space
-from prompttune.search_spaces.prompt import render
-from tests.support import oracle_config, task_of
+from prompttune.search_spaces.prompt import PromptSpec, render
+from tests.llama_server import llama_server  # noqa: F401  (session fixture)
+from tests.support import oracle_config, oracle_for, task_of
 
 
-def _run_dir(tmp_path: Path) -> tuple[Path, object, list]:
+def _run_dir(tmp_path: Path, **config_changes) -> tuple[Path, PromptSpec, list]:
     """A run directory as `optimize` leaves it: config.json and best_prompt.json with two demos."""
-    config = oracle_config(tmp_path)
+    config = oracle_config(tmp_path, **config_changes)
     task = task_of(config)
     demos = task.splits["train"][:2]
     spec = default_space(task).default_candidate().spec.with_updates(demo_ids=tuple(e.id for e in demos))
@@ -46,14 +63,152 @@ def test_json_export_has_what_a_classifier_needs(tmp_path: Path) -> None:
     assert "{text}" in data["template"]["text"] and data["spec"]["demo_ids"] == list(spec.demo_ids)
 
 
+def _load_program(path: Path) -> ModuleType:
+    loader = importlib.util.spec_from_file_location("exported_program", path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    return module
+
+
 def test_dspy_export_loads_as_a_dspy_program(tmp_path: Path) -> None:
     pytest.importorskip("dspy")
     run, spec, demos = _run_dir(tmp_path)
-    written = export(run, "dspy", tmp_path / "out")
-    loader = importlib.util.spec_from_file_location("exported_program", written[1])
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    program = module.load()
+    program = _load_program(export(run, "dspy", tmp_path / "out")[1]).load()
     assert program.signature.instructions == spec.instruction.replace("{labels}", "red, green, blue")
     assert [d["text"] for d in program.demos] == [d.fields["text"] for d in demos]
     assert [d["label"] for d in program.demos] == [spec.label_words[d.label] for d in demos]
+
+
+def _chat_run_dir(tmp_path: Path, **config_changes) -> tuple[Path, PromptSpec, list]:
+    """A run directory whose shipped prompt is chat messages: system prompt, demos, an assistant
+    prefix, and contextual calibration."""
+    run, spec, demos = _run_dir(tmp_path, **config_changes)
+    spec = spec.with_updates(chat=True, system="Be brief.", calibrate=True)
+    (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
+    return run, spec, demos
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_openai_chat_export_renders_as_the_run_prompt(tmp_path: Path, chat: bool) -> None:
+    run, spec, demos = _chat_run_dir(tmp_path) if chat else _run_dir(tmp_path)
+    data = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())
+    assert data["format"] == "prompttune-openai-chat/1" and data["chat"] is chat
+    assert data["label_words"] == list(spec.label_words) and data["answer"]["method"] == "label_logprobs"
+    if chat:
+        assert [m["role"] for m in data["messages"]] == ["system", "user"] and data["assistant_prefix"] == "Answer:"
+    else:
+        assert [m["role"] for m in data["messages"]] == ["user"] and data["assistant_prefix"] == ""
+    assert data["messages"][-1]["content"].count("{text}") == 1
+    task = task_of(oracle_config(tmp_path))
+    again = exported_spec(data, task)
+    assert again.calibrate is chat
+    for example in task.splits["dev"][:3]:  # every example, and the content-free probes calibration scores
+        assert render(again, example, []) == render(spec, example, demos)
+    free = Example("content-free:N/A", {"text": "N/A"}, -1)
+    assert render(again, free, []) == render(spec, free, demos)
+
+
+def test_a_calibrated_prompt_says_so_in_every_export(tmp_path: Path) -> None:
+    pytest.importorskip("dspy")
+    run, spec, demos = _chat_run_dir(tmp_path)
+    out = tmp_path / "out"
+    written = export(run, "text", out)
+    assert [p.name for p in written] == ["prompt.txt", "calibration.txt"]
+    assert "calibrated" in written[1].read_text() and "[user]\n" in written[1].read_text()
+    for to, name in (("json", "prompt.json"), ("openai-chat", "prompt.openai-chat.json")):
+        data = json.loads(export(run, to, out)[0].read_text())
+        block = data["calibration"]
+        assert data["calibrate"] is True and block["content_free_inputs"] == ["N/A", "", "[MASK]"]
+        assert block["bias"] is None and "not in the run's records" in block["bias_from"]
+        assert len(block["content_free_prompts"]) == 3, name
+    chat_probe = json.loads((out / "prompt.openai-chat.json").read_text())["calibration"]["content_free_prompts"][0]
+    assert chat_probe["messages"][-1]["content"].endswith("Input: N/A")
+    program = export(run, "dspy", out)[1].read_text()
+    assert "The shipped prompt is calibrated" in program and "DSPy applies no calibration" in program
+    run, _, _ = _run_dir(tmp_path / "plain")
+    assert [p.name for p in export(run, "text", tmp_path / "plain-out")] == ["prompt.txt"]
+    assert json.loads(export(run, "json", tmp_path / "plain-out")[0].read_text())["calibration"] is None
+
+
+def test_a_shipped_prompt_exported_to_openai_chat_scores_its_test_accuracy_again(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path)
+    backend = oracle_for(config)
+    result = run_study(config, backend=backend, console=Console(quiet=True))
+    run = result.run_dir
+    shipped = result.verdict.shipped.id
+    rows = [json.loads(line) for line in (run / "test_records.jsonl").read_text().splitlines()]
+    [path] = export(run, "openai-chat", run / "export")
+    relative = path.relative_to(tmp_path)  # export paths are relative to the prompts file
+    prompts = tmp_path / "prompts.yaml"
+    prompts.write_text(f"prompts:\n  - {{name: shipped, export: {relative}}}\n  - 'Item: {{text}}\\nColour:'\n")
+    evaluation = run_evaluation(EvaluateConfig(task=config.task, prompts=str(prompts), train_size=config.train_size,
+                                               dev_size=config.dev_size, test_size=config.test_size,
+                                               split_seed=config.split_seed, runs_dir=str(tmp_path / "eval")),
+                                backend=backend)
+    records = evaluation.settings[0].records[0]
+    assert evaluation.prompts[0].source == f"export {relative}"
+    assert [r.pred for r in records] == [row["pred"][shipped] for row in rows]
+    assert evaluation.settings[0].scores[0].accuracy == sum(row["pred"][shipped] == row["gold"] for row in rows) / len(rows)
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("{name: s, export: missing.json}", "prompt 's': exported prompt .*missing.json not found"),
+    ("{name: s, export: bad.json}", r"prompt 's': not an openai-chat export \(format: "),
+    ("{name: s, template: 'A {text}', export: bad.json}", "prompt 's': give either template or export"),
+])
+def test_a_bad_export_entry_is_a_one_line_error(tmp_path: Path, entry: str, message: str) -> None:
+    (tmp_path / "bad.json").write_text('{"format": "prompttune-prompt/1"}')
+    (tmp_path / "prompts.yaml").write_text(f"prompts:\n  - {entry}\n  - 'B {{text}}'\n")
+    with pytest.raises(UserError, match=message) as raised:
+        load_prompts_file(tmp_path / "prompts.yaml", task_of(oracle_config(tmp_path)))
+    assert "\n" not in str(raised.value)
+
+
+class ChatServerEngine:
+    """A DSPy 3.4 LM engine that posts each request, as DSPy built it, to a server's
+    /v1/chat/completions (greedy, at the request's token limit), and keeps the messages it sent."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sent: list[list[dict[str, str]]] = []
+
+    def complete(self, request: Any) -> Any:
+        from dspy.lm15 import Message, Response, TextPart, Usage
+
+        def text(parts: Any) -> str:
+            return parts if isinstance(parts, str) else "".join(getattr(p, "text", "") for p in parts or ())
+
+        messages = [{"role": "system", "content": text(request.system)}] if request.system else []
+        messages += [{"role": m.role, "content": text(m.parts)} for m in request.messages]
+        self.sent.append(messages)
+        body = {"model": "served", "messages": messages, "max_tokens": request.config.max_tokens,
+                "temperature": request.config.temperature}
+        answer = httpx.post(f"{self.url}/chat/completions", json=body, timeout=120).json()
+        return Response(id=None, model=request.model, finish_reason="stop", usage=Usage(input_tokens=0, output_tokens=0),
+                        message=Message.assistant([TextPart(answer["choices"][0]["message"]["content"])]))
+
+    def stream(self, request: Any) -> Any:
+        from dspy.lm15 import response_to_events
+
+        return response_to_events(self.complete(request))
+
+
+def test_the_dspy_export_predicts_as_the_run_prompt_on_the_embedded_model(
+        tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
+    dspy = pytest.importorskip("dspy")
+    run, spec, demos = _chat_run_dir(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai",
+                                     base_url=[llama_server], api="chat", model=EMBEDDED_MODEL, scoring="generate")
+    program = _load_program(export(run, "dspy", tmp_path / "out")[1]).load()
+    examples = task_of(read_run_config(run)).splits["test"][:6]
+    engine = ChatServerEngine(llama_server)
+    with dspy.context(lm=dspy.LM("served/embedded", engine=engine, cache=False, num_retries=0)):
+        labels = [program(**example.fields).label for example in examples]
+    # The run's shipped prompt, scored by prompttune as the run scored it (generation over chat).
+    backend = build_backend(read_run_config(run))
+    evaluator = Evaluator(backend, {e.id: e for e in examples}, {d.id: d for d in demos}, ResultCache(":memory:"),
+                          BudgetLedger(), scoring="generate")
+    records = evaluator.evaluate(spec, [e.id for e in examples])
+    backend.close()
+    assert engine.sent == [json.loads(backend.to_text(render(spec, e, demos))) for e in examples]
+    assert labels == [None if r.pred is None else spec.label_words[r.pred] for r in records]
+    assert len(set(labels)) > 1  # answers that name a label, and answers that do not

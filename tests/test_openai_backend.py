@@ -3,6 +3,7 @@ fake servers (tests/fake_openai.py) that fail on command."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Iterator
 import pytest
 
 from prompttune.backends.factory import build_backend
-from prompttune.backends.openai_backend import OpenAIBackend
+from prompttune.backends.openai_backend import Api, OpenAIBackend
+from prompttune.backends.openai_chat import render_wire
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
 from prompttune.core.config import BackendConfig
 from prompttune.core.errors import BackendUnavailable, UserError
@@ -22,10 +24,11 @@ from tests.fake_openai import FakeServer
 from tests.llama_server import free_port, llama_server  # noqa: F401  (session fixture)
 
 
-def _backend(urls: list[str], concurrency: int = 8, retries: int = 4, timeout: float = 60.0) -> OpenAIBackend:
+def _backend(urls: list[str], concurrency: int = 8, retries: int = 4, timeout: float = 60.0,
+             api: Api = "auto") -> OpenAIBackend:
     """Fast back-off and quarantine, so retry tests take milliseconds."""
-    return OpenAIBackend(urls, "fake", concurrency=concurrency, retries=retries, timeout=timeout, backoff_base=0.01,
-                         quarantine_base=0.2)
+    return OpenAIBackend(urls, "fake", api=api, concurrency=concurrency, retries=retries, timeout=timeout,
+                         backoff_base=0.01, quarantine_base=0.2)
 
 
 def test_503_twice_then_ok_is_one_call_with_two_retries(fakes: list[FakeServer]) -> None:
@@ -69,6 +72,82 @@ def test_without_echo_labels_are_walked_through_top_logprobs(fakes: list[FakeSer
     assert result.logprobs == pytest.approx((-2.0, -4.0 + floor, floor))
     assert result.completion_tokens == 4
     assert backend.stats[fakes[0].url].requests == 3  # after "", " " and " xy", each asked once
+    backend.close()
+
+
+# --- /v1/chat/completions ---------------------------------------------------------------------------
+
+TEXT = Prompt(text="Item: a red thing\nColour:", label_continuations=(" red", " green", " blue"))
+
+
+def test_auto_takes_chat_on_a_chat_only_server_and_reads_labels_from_the_first_token(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer(completions=False))
+    backend = _backend([fakes[0].url])
+    assert (backend.api, backend.mode, backend.top_k, backend.prefill) == ("chat", "first_token", 20, False)
+    assert backend.model_id == "openai:fake|chat|first_token" and "/v1/chat/completions" in backend.describe()
+    text = backend.to_text(TEXT)
+    assert json.loads(text) == [{"role": "user", "content": TEXT.text}]  # a text prompt is one user message
+    [result] = backend.score([ScoreRequest(text, TEXT.label_continuations)])
+    assert result.logprobs == (-0.5, -1.5, -2.5) and result.completion_tokens == 1
+    assert fakes[0].chat_bodies[-1] | {"messages": None} == {"model": "fake", "messages": None, "max_tokens": 1,
+                                                             "temperature": 0.0, "logprobs": True, "top_logprobs": 20}
+    [out] = backend.generate([GenerateRequest(text, 3, temperature=0.7, seed=5)])
+    assert (out.text, out.token_logprobs, out.completion_tokens) == ("xxx", (-1.0,) * 3, 3)
+    assert fakes[0].chat_bodies[-1]["seed"] == 5 and fakes[0].chat_bodies[-1]["top_logprobs"] == 1
+    # A chat prompt's assistant prefix, which this server does not continue, ends the user message.
+    chat = Prompt(messages=(("system", "Be brief."), ("user", "Item: a red thing")), assistant_prefix="Colour:")
+    assert json.loads(backend.to_text(chat)) == [{"role": "system", "content": "Be brief."},
+                                                 {"role": "user", "content": "Item: a red thing\nColour:"}]
+    backend.close()
+
+
+def test_chat_asks_for_fewer_top_logprobs_where_the_server_caps_them(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer(max_top=5))
+    backend = _backend([fakes[0].url], api="chat")
+    assert (backend.api, backend.top_k) == ("chat", 5)  # 20 refused
+    assert fakes[0].chat_bodies[-1]["top_logprobs"] == 5
+    backend.close()
+
+
+def test_an_assistant_prefix_the_server_continues_is_sent_as_the_last_message(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer(prefill=True, chat_top={" red": -0.2, " green": -2.0, " blue": -3.0}))
+    backend = _backend([fakes[0].url], api="chat")
+    assert backend.prefill and "continued by the server" in backend.describe()
+    chat = Prompt(messages=(("user", "Item: a red thing"),), assistant_prefix="Colour:",
+                  label_continuations=(" red", " green", " blue"))
+    text = backend.to_text(chat)
+    assert json.loads(text)[-1] == {"role": "assistant", "content": "Colour:"}
+    [result] = backend.score([ScoreRequest(text, chat.label_continuations)])
+    assert result.logprobs == (-0.2, -2.0, -3.0)  # the continuation keeps its space after the prefix
+    body = fakes[0].chat_bodies[-1]
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    backend.close()
+
+
+@pytest.mark.parametrize("continuations,message", [
+    ((" red", " purple"), r"label 'purple' is not among the top-20 first answer tokens after the prompt ending "
+                          r"'Item: a red thing\\nColour:': over /v1/chat/completions its score is unknown; "
+                          r"use --scoring generate or --api completions"),
+    ((" red", " reddish"), r"labels 'red' and 'reddish' share their first token 'red': over /v1/chat/completions a "
+                           r"label is read from the first answer token only; use --scoring generate"),
+])
+def test_labels_a_first_token_cannot_tell_apart_are_refused_in_one_line(
+        fakes: list[FakeServer], continuations: tuple[str, ...], message: str) -> None:
+    fakes.append(FakeServer(completions=False))
+    backend = _backend([fakes[0].url])
+    with pytest.raises(UserError, match=message) as raised:
+        backend.score([ScoreRequest(backend.to_text(TEXT), continuations)])
+    assert "\n" not in str(raised.value)
+    backend.close()
+
+
+def test_chat_without_log_probs_generates_only(fakes: list[FakeServer]) -> None:
+    fakes.append(FakeServer(completions=False, max_top=0))
+    backend = _backend([fakes[0].url])
+    assert (backend.api, backend.mode) == ("chat", "none") and backend.model_id == "openai:fake|chat|none"
+    assert backend.generate([GenerateRequest(backend.to_text(TEXT), 2)])[0].text == "xx"
+    with pytest.raises(UserError, match="returns no log-probs"):
+        backend.score([ScoreRequest(backend.to_text(TEXT), TEXT.label_continuations)])
     backend.close()
 
 
@@ -188,3 +267,46 @@ def test_llama_server_generates_and_renders_chat_like_transformers(
     [result] = served.score([ScoreRequest(ended, ("\n", " Yes"))])
     assert all(math.isfinite(x) and x < 0 for x in result.logprobs)
     assert stats.requests - before == 2  # the next-token request, then the echo
+
+
+@pytest.fixture(scope="module")
+def served_chat(llama_server: str) -> Iterator[OpenAIBackend]:  # noqa: F811
+    config = BackendConfig(backend="openai", base_url=[llama_server], model=EMBEDDED_MODEL, api="chat", concurrency=4)
+    backend = build_backend(config)
+    assert isinstance(backend, OpenAIBackend)
+    yield backend
+    backend.close()
+
+
+def test_llama_server_chat_scores_labels_as_its_completions_endpoint_does(
+        served_chat: OpenAIBackend, served: OpenAIBackend, data_dir: Path) -> None:
+    # llama-cpp-python does not continue a final assistant message, and it keeps OpenAI's top-20.
+    assert (served_chat.mode, served_chat.prefill, served_chat.top_k) == ("first_token", False, 20)
+    task = load_task("sst2", str(data_dir), SplitSizes(10, 10, 12))
+    spec = default_space(task).default_candidate().spec  # sst2's labels rank in the top 20 here; agnews' often do not
+    prompts = [render(spec, ex, []) for ex in task.splits["test"]]
+    requests = [ScoreRequest(served_chat.to_text(p), p.label_continuations) for p in prompts]
+    got = served_chat.score(requests)
+    # The same messages through the server's chat template, scored over /v1/completions: each label
+    # ("negative", "positive", no leading space in a fresh answer) is one token, so the scores agree
+    # (to the noise of llama.cpp's quantized kernels, which its two endpoints batch differently).
+    rendered = [ScoreRequest(render_wire(served.tokenizer, r.text, False), tuple(c.lstrip() for c in r.continuations))
+                for r in requests]
+    want = served.score(rendered)
+    assert [g.logprobs for g in got] == [pytest.approx(w.logprobs, abs=0.05) for w in want]
+    assert [g.prompt_tokens for g in got] == served_chat.count_tokens([r.text for r in requests])  # exact
+    assert all(b >= g.prompt_tokens + g.completion_tokens for b, g in zip(served_chat.token_bounds(requests), got))
+    with pytest.raises(UserError, match="label 'Zebra' .*is not among the top-20 first answer tokens"):
+        served_chat.score([ScoreRequest(requests[0].text, (" positive", " Zebra"))])
+
+
+def test_llama_server_chat_generates_as_its_completions_endpoint_does(
+        served_chat: OpenAIBackend, served: OpenAIBackend) -> None:
+    chat = Prompt(messages=(("user", "Name a colour."),), assistant_prefix="Colour:")
+    text = served_chat.to_text(chat)
+    assert json.loads(text) == [{"role": "user", "content": "Name a colour.\nColour:"}]
+    [out] = served_chat.generate([GenerateRequest(text, 8)])
+    [same] = served.generate([GenerateRequest(render_wire(served.tokenizer, text, False), 8)])
+    assert out.text.strip() and out.text == same.text and 1 <= out.completion_tokens <= 8
+    assert len(out.token_logprobs) == out.completion_tokens and all(x <= 0 for x in out.token_logprobs)
+    assert served_chat.count_tokens([text]) == [out.prompt_tokens]

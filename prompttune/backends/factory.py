@@ -41,6 +41,10 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tokenizer", help="tokenizer path or id: chat templates for --backend openai "
                                            "(default: the embedded model's own when a server runs it), "
                                            "tokenization for vllm (default: the model's)")
+    group.add_argument("--api", choices=["auto", "completions", "chat"], default=DEFAULTS.api,
+                       help="openai: /v1/completions, /v1/chat/completions (prompts sent as messages; labels read "
+                            "from the first answer token's top log-probs), or auto (default: completions when the "
+                            "server offers it, else chat)")
     group.add_argument("--concurrency", type=int, default=DEFAULTS.concurrency,
                        help="requests in flight per server (openai)")
     group.add_argument("--timeout", type=float, default=DEFAULTS.timeout,

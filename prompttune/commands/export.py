@@ -1,12 +1,12 @@
-"""`prompttune export RUN_DIR --to text|json|dspy`: the prompt a run ships, for use elsewhere (the
-formats are described in `prompttune.engine.export`)."""
+"""`prompttune export RUN_DIR --to text|json|openai-chat|dspy`: the prompt a run ships, for use
+elsewhere (the formats are described in `prompttune.engine.export`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from prompttune.engine.export import export
+from prompttune.engine.export import FORMATS, export
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -18,8 +18,10 @@ def _export(args: argparse.Namespace) -> int:
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Register `export` on the `prompttune` sub-command parser."""
-    parser = commands.add_parser("export", help="write a run's winning prompt as text, JSON or a DSPy program")
+    parser = commands.add_parser("export", help="write a run's winning prompt as text, JSON, chat messages or a "
+                                                "DSPy program")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="an optimize run directory (or a compare arm's)")
-    parser.add_argument("--to", required=True, choices=["text", "json", "dspy"], help="output format")
+    parser.add_argument("--to", required=True, choices=FORMATS,
+                        help="output format: text, json, openai-chat (chat messages for production) or dspy")
     parser.add_argument("--output", metavar="DIR", help="output folder (default: RUN_DIR/export)")
     parser.set_defaults(handler=_export)

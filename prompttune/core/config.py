@@ -20,6 +20,9 @@ class BackendConfig(BaseModel):
     base_url: list[str] = Field(default_factory=list, description="OpenAI-compatible servers (--backend openai)")
     api_key_env: str | None = Field(None, description="env var holding the API key; the key is never saved")
     tokenizer: str | None = Field(None, description="tokenizer for chat templates (openai) / tokenization (vllm)")
+    api: Literal["auto", "completions", "chat"] = Field(
+        "auto", description="endpoint of an OpenAI-compatible server: /v1/completions, /v1/chat/completions, or "
+                            "auto (completions when the server offers it, else chat)")
     concurrency: int = Field(8, gt=0, description="requests in flight per server")
     timeout: float = Field(60.0, gt=0, description="seconds per HTTP request")
     retries: int = Field(4, ge=0, description="retries per call on connection errors, timeouts, 429, 5xx; "

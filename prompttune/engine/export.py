@@ -3,38 +3,71 @@
 - `text` (prompt.txt): the exact prompt the model was scored on, with `{field}` where each input
   goes (fill it by plain replacement: demo texts may contain braces, so not with str.format).
 - `json` (prompt.json): the same template plus everything needed to use it as a classifier —
-  label words, the continuations that were scored, demos with ids, and the full PromptSpec.
+  label words, the continuations that were scored, how the label is read, demos with ids, and
+  the full PromptSpec.
+- `openai-chat` (prompt.openai-chat.json): the prompt as chat messages with `{field}`
+  placeholders, the assistant prefix, label words and how the label is read, for a production
+  chat-completions client; `evaluate --prompts` scores it again (an `export:` entry).
 - `dspy` (program.json + program.py): a `dspy.Predict` state in DSPy's own save format, with the
-  winning instruction and demos, and a loader (`from program import load`). DSPy renders it with
-  its own adapter on whatever LM it is given, so it carries the prompt's content, not
-  prompttune's exact text; use `text`/`json` to reproduce the scored prompt byte for byte.
+  winning instruction and demos, a loader (`from program import load`), and `PromptAdapter`,
+  which sends the confirmed prompt's messages instead of DSPy's own format and reads the label
+  from the answer as prompttune does; program.py's docstring says what DSPy does not reproduce.
+
+A shipped prompt that carries `calibrate` (contextual calibration of the label scores) says so in
+every format: text writes calibration.txt beside prompt.txt, json and openai-chat hold a
+`calibration` block with the content-free inputs and prompts production scores to get the bias
+(the run's records keep calibrated scores only, so the bias itself cannot be recovered from
+them), and program.py states that DSPy applies none.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import pprint
+import textwrap
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import read_json
 from prompttune.core.types import Example, Prompt
 from prompttune.engine.setup import load_run_task, read_run_config
+from prompttune.evaluation import extraction
+from prompttune.evaluation.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
+from prompttune.evaluation.prediction import CONTENT_FREE
+from prompttune.evaluation.prompt_sources import OPENAI_CHAT_FORMAT
 from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"
+FORMATS = ("text", "json", "openai-chat", "dspy")
 
 
 def input_fields(spec: PromptSpec) -> list[str]:
     return list(dict.fromkeys(name for name, _ in spec.passage_templates + spec.input_templates))
 
 
+def _filled(spec: PromptSpec, demos: list[Example], value_of: dict[str, str]) -> Prompt:
+    return render(spec, Example("{input}", {name: value_of[name] for name in input_fields(spec)}, 0), demos)
+
+
 def template(spec: PromptSpec, demos: list[Example]) -> Prompt:
     """The rendered prompt with `{field}` in place of each input value."""
-    placeholder = Example("{input}", {name: f"{{{name}}}" for name in input_fields(spec)}, 0)
-    return render(spec, placeholder, demos)
+    return _filled(spec, demos, {name: f"{{{name}}}" for name in input_fields(spec)})
+
+
+def content_free_prompts(spec: PromptSpec, demos: list[Example]) -> list[Prompt]:
+    """The prompts calibration scores for the bias: every input replaced by each content-free value."""
+    return [_filled(spec, demos, {name: value for name in input_fields(spec)}) for value in CONTENT_FREE]
+
+
+def calibrated(spec: PromptSpec, config: RunConfig) -> bool:
+    """Whether the run predicted this prompt with contextual calibration: the run's scoring, or under
+    logit scoring the spec's own choice (CoT prompts answer by generation: no label scores)."""
+    return not spec.cot and (config.scoring == "calibrated" or (config.scoring == "logit" and spec.calibrate))
 
 
 def as_text(prompt: Prompt) -> str:
@@ -44,54 +77,206 @@ def as_text(prompt: Prompt) -> str:
     return "\n\n".join(turns + [f"[assistant]\n{prompt.assistant_prefix}"])
 
 
+def _shape(prompt: Prompt) -> dict[str, Any]:
+    if prompt.messages is None:
+        return {"text": prompt.text}
+    return {"messages": [{"role": r, "content": c} for r, c in prompt.messages],
+            "assistant_prefix": prompt.assistant_prefix}
+
+
+def answer(spec: PromptSpec, config: RunConfig, prompt: Prompt) -> dict[str, Any]:
+    """How the run read a label from the model: generation with extraction, or label scores."""
+    if spec.cot or config.scoring == "generate":
+        after = " after the last 'Final answer'" if spec.cot else ""
+        return {"method": "generation", "cot": spec.cot,
+                "max_new_tokens": COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS,
+                "continuations": list(prompt.label_continuations),
+                "read": f"greedy answer; the label is the one label word found{after} as a whole word, ignoring "
+                        "case (none or several: no label)"}
+    return {"method": "label_logprobs", "cot": False, "continuations": list(prompt.label_continuations),
+            "read": "the label whose continuation is likeliest right after the prompt (after the assistant "
+                    "prefix, for chat messages)" + (", calibrated (see calibration)" if calibrated(spec, config)
+                                                    else "") + "; over a chat-completions API whose answer "
+                    "opens a fresh turn, each label word's first token in the answer's first-token "
+                    "top_logprobs, as prompttune's --api chat reads it (exact while every label's first "
+                    "token is listed and no two share one)"}
+
+
+def calibration(spec: PromptSpec, config: RunConfig, demos: list[Example],
+                shape: Any) -> dict[str, Any] | None:
+    """What production needs to calibrate as the run did (None for an uncalibrated prompt); `shape`
+    turns each content-free prompt into the export's own form."""
+    if not calibrated(spec, config):
+        return None
+    return {"method": "contextual calibration (Zhao et al. 2021): normalise the label probabilities over the "
+                      "labels, divide by bias, normalise again, take the largest",
+            "content_free_inputs": list(CONTENT_FREE),
+            "content_free_prompts": [shape(p) for p in content_free_prompts(spec, demos)],
+            "bias": None,
+            "bias_from": "not in the run's records, which keep calibrated scores only: score each content-free "
+                         "prompt once on the production model, as `answer` says; bias is the mean of their "
+                         "label probabilities, each normalised over the labels"}
+
+
 def as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     prompt = template(spec, demos)
-    shape = ({"text": prompt.text} if prompt.messages is None else
-             {"messages": [{"role": r, "content": c} for r, c in prompt.messages],
-              "assistant_prefix": prompt.assistant_prefix})
     return {"format": FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task, "model": config.model,
-            "scoring": config.scoring, "input_fields": input_fields(spec), "template": shape,
+            "scoring": config.scoring, "input_fields": input_fields(spec), "template": _shape(prompt),
             "label_words": list(spec.label_words), "continuations": list(prompt.label_continuations),
+            "answer": answer(spec, config, prompt), "calibrate": calibrated(spec, config),
+            "calibration": calibration(spec, config, demos, _shape),
             "demos": [{"id": ex.id, "fields": ex.fields, "label": spec.label_words[ex.label]} for ex in demos],
             "spec": asdict(spec)}
 
 
+def _chat_messages(prompt: Prompt) -> list[dict[str, str]]:
+    """The messages before the assistant prefix; a text prompt is one user message."""
+    return wire_messages(Prompt(text=prompt.text, messages=prompt.messages), prefill=False)
+
+
+def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path | None) -> dict[str, Any]:
+    """The shipped prompt for a chat-completions client: `messages` with `{field}` placeholders
+    (filled by plain replacement), then `assistant_prefix` as the start of the answer — as a final
+    assistant message the server continues, or, where it cannot, after a newline at the end of the
+    last message (what prompttune's --api chat does)."""
+    prompt = template(spec, demos)
+    scored_with = {"backend": config.backend, "api": config.api if config.backend == "openai" else None,
+                   "scoring": config.scoring}
+    return {"format": OPENAI_CHAT_FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task,
+            "model": config.model, "scored_with": scored_with,
+            "input_fields": input_fields(spec), "chat": prompt.messages is not None,
+            "messages": _chat_messages(prompt), "assistant_prefix": prompt.assistant_prefix,
+            "label_words": list(spec.label_words), "answer": answer(spec, config, prompt),
+            "calibrate": calibrated(spec, config),
+            "calibration": calibration(spec, config, demos, lambda p: {"messages": _chat_messages(p),
+                                                                       "assistant_prefix": p.assistant_prefix}),
+            "demo_ids": list(spec.demo_ids)}
+
+
+def write_calibration_note(spec: PromptSpec, demos: list[Example], out: Path) -> Path:
+    """calibration.txt beside prompt.txt: the text export's word that the prompt ships calibrated."""
+    probes = "\n\n".join(f"--- content-free input {value!r} ---\n{as_text(p)}"
+                         for value, p in zip(CONTENT_FREE, content_free_prompts(spec, demos)))
+    (out / "calibration.txt").write_text(
+        "The shipped prompt is calibrated (contextual calibration, Zhao et al. 2021): its label probabilities, "
+        "normalised over the labels, are divided by a bias and normalised again before the largest is taken. "
+        "The run's records keep calibrated scores only, so the bias is not exported: score the prompts below "
+        "once on the production model; the bias is the mean of their label probabilities, each normalised "
+        f"over the labels.\n\n{probes}\n", encoding="utf-8")
+    return out / "calibration.txt"
+
+
 LOADER = '''"""DSPy program exported by prompttune from {run}.
 
+    import dspy
     from program import load
-    classify = load()            # a dspy.Predict with the winning instruction and demos
-    classify(**{{"{first}": "..."}}).label
+    dspy.configure(lm=dspy.LM(...))          # the model the run chose this prompt for
+    classify = load()
+    classify(**{{"{first}": "..."}}).label     # a label word, or None when the answer names none or several
+
+`load()` gives a `dspy.Predict` with the winning instruction and demos (program.json, DSPy's save
+format) that answers through `PromptAdapter`. DSPy's own ChatAdapter would send its
+`[[ ## field ## ]]` sections, so the field names, separators and label words the search chose
+would never reach the model; the adapter sends MESSAGES, the run's confirmed prompt with each
+input in place of its `{{field}}`, and reads the label from the answer as prompttune does.
+
+What DSPy does not reproduce:
+{drops}
 """
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Sequence
 
 import dspy
 
 INPUT_FIELDS = {inputs!r}
 LABELS = {labels!r}
+MESSAGES = {messages}
+INSTRUCTIONS = {instructions!r}
+DEMOS = {n_demos}
+MAX_NEW_TOKENS = {max_new_tokens}
+COT = {cot}
+_PLACEHOLDER = re.compile("|".join(re.escape("{{" + name + "}}") for name in INPUT_FIELDS))
+FINAL_ANSWER = re.compile({final_answer!r}, re.IGNORECASE)
+
+
+{extract_label}
+
+class PromptAdapter(dspy.Adapter):
+    """Sends MESSAGES with the inputs filled in (one pass, so an input holding another's placeholder
+    stays as it is) and parses the answer to a label word."""
+
+    def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: list, inputs: dict[str, Any]) -> Any:
+        if signature.instructions != INSTRUCTIONS or len(demos) != DEMOS:
+            raise ValueError("PromptAdapter sends the exported prompt, whose instruction and demos this program "
+                             "no longer has: re-export the prompt, or use DSPy's own adapter")
+        return super().__call__(lm, {{"temperature": 0.0, "max_tokens": MAX_NEW_TOKENS, **lm_kwargs}}, signature,
+                                demos, inputs)
+
+    def format(self, signature: Any, demos: list, inputs: dict[str, Any]) -> list[dict[str, str]]:
+        def value(found: re.Match) -> str:
+            return str(inputs[found.group()[1:-1]])
+
+        return [{{"role": m["role"], "content": _PLACEHOLDER.sub(value, m["content"])}} for m in MESSAGES]
+
+    def parse(self, signature: Any, completion: str) -> dict[str, Any]:
+        label = extract_label(completion, LABELS, cot=COT)
+        return {{"label": None if label is None else LABELS[label]}}
+
+
+class ExportedPredict(dspy.Predict):
+    def forward(self, **kwargs: Any) -> Any:
+        with dspy.context(adapter=PromptAdapter()):
+            return super().forward(**kwargs)
 
 
 def load(path: str | Path = Path(__file__).with_name("program.json")) -> dspy.Predict:
     fields = {{name: (str, dspy.InputField()) for name in INPUT_FIELDS}}
     fields["label"] = (Literal[LABELS], dspy.OutputField())
-    program = dspy.Predict(dspy.make_signature(fields, "", "Classify"))
+    program = ExportedPredict(dspy.make_signature(fields, "", "Classify"))
     program.load(str(path))
     return program
 '''
 
 
-def write_dspy(spec: PromptSpec, demos: list[Example], run_dir: Path, out: Path) -> list[Path]:
+def _dspy_drops(spec: PromptSpec, config: RunConfig) -> str:
+    """program.py's plain statement of what DSPy loses from the run's prompt and reading."""
+    drops = ["- The messages are those prompttune's --api chat sends to a server that does not continue an "
+             "assistant message: a text prompt is one user message (the model's chat template wraps it), and an "
+             "assistant prefix ends the last message after a newline. A run scored over /v1/completions or in "
+             "process saw the text itself, or the prefix inside the assistant turn."]
+    if not (spec.cot or config.scoring == "generate"):
+        drops.append(f"- The run read labels from label log-probabilities; DSPy reads them from up to "
+                     f"{MAX_NEW_TOKENS} generated tokens, so a prediction differs where the answer does not name "
+                     "the likeliest label (with --scoring generate they are the run's own).")
+    if calibrated(spec, config):
+        drops.append("- The shipped prompt is calibrated (contextual calibration of the label scores); a generated "
+                     "answer has no label scores, so DSPy applies no calibration (prompt.json's or "
+                     "prompt.openai-chat.json's `calibration` block says how to).")
+    drops.append("- DSPy optimizers that change the instruction or demos cannot change what PromptAdapter sends: it "
+                 "refuses a program whose instruction or demo count differs from the export.")
+    return "\n".join(textwrap.fill(drop, 100, subsequent_indent="  ") for drop in drops)
+
+
+def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path, out: Path) -> list[Path]:
     from prompttune.dspy_bridge import require_dspy
 
     require_dspy("export --to dspy")
     from prompttune.dspy_bridge.program import ProgramMapping
 
     names = input_fields(spec)
-    mapping = ProgramMapping.build(spec, names, demos, [])
-    mapping.program(spec, demos).save(str(out / "program.json"))
-    (out / "program.py").write_text(LOADER.format(run=run_dir, first=names[0], inputs=tuple(names),
-                                                  labels=tuple(spec.label_words)))
+    program = ProgramMapping.build(spec, names, demos, []).program(spec, demos)
+    program.save(str(out / "program.json"))
+    prompt = template(spec, demos)
+    messages = wire_messages(prompt, prefill=False)
+    (out / "program.py").write_text(LOADER.format(
+        run=run_dir, first=names[0], inputs=tuple(names), labels=tuple(spec.label_words),
+        messages=pprint.pformat(messages, width=110, sort_dicts=False),
+        instructions=program.signature.instructions, n_demos=len(demos),
+        max_new_tokens=COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS, cot=spec.cot,
+        final_answer=extraction.FINAL_ANSWER.pattern,
+        extract_label=inspect.getsource(extraction.extract_label), drops=_dspy_drops(spec, config)))
     return [out / "program.json", out / "program.py"]
 
 
@@ -122,8 +307,15 @@ def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
     return [train[i] for i in spec.demo_ids]
 
 
+def _write_json(path: Path, data: dict[str, Any]) -> list[Path]:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return [path]
+
+
 def export(run_dir: Path, to: str, out: Path) -> list[Path]:
     """Write the winner of `run_dir` in format `to` under `out`; returns the files written."""
+    if to not in FORMATS:
+        raise UserError(f"unknown export format {to!r}; choose from {', '.join(FORMATS)}")
     spec, config = load_winner(run_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"--output {out} is a file; name a folder (it is created if missing)")
@@ -131,9 +323,10 @@ def export(run_dir: Path, to: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     if to == "text":
         (out / "prompt.txt").write_text(as_text(template(spec, demos)) + "\n", encoding="utf-8")
-        return [out / "prompt.txt"]
+        note = [write_calibration_note(spec, demos, out)] if calibrated(spec, config) else []
+        return [out / "prompt.txt", *note]
     if to == "json":
-        (out / "prompt.json").write_text(json.dumps(as_json(spec, demos, config, run_dir), indent=2,
-                                                    ensure_ascii=False), encoding="utf-8")
-        return [out / "prompt.json"]
-    return write_dspy(spec, demos, run_dir, out)
+        return _write_json(out / "prompt.json", as_json(spec, demos, config, run_dir))
+    if to == "openai-chat":
+        return _write_json(out / "prompt.openai-chat.json", as_openai_chat(spec, demos, config, run_dir))
+    return write_dspy(spec, demos, config, run_dir, out)

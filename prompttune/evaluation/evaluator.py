@@ -32,6 +32,8 @@ def _content_free_example(spec: PromptSpec, example_id: str) -> Example:
     return Example(example_id, {name: value for name in names}, -1)
 
 
+MAX_NEW_TOKENS, COT_MAX_NEW_TOKENS = 16, 128  # what a generated answer may take, without and with CoT
+
 # Stands in for every input value when rendering a candidate's shared prefix; never in real text.
 _PROBE = "\x00"
 
@@ -59,7 +61,7 @@ class Evaluator:
 
     def __init__(self, backend: Backend, examples: Mapping[str, Example], demo_pool: Mapping[str, Example],
                  cache: ResultCache | MeteredCache, ledger: BudgetLedger, scoring: Scoring | str = "logit",
-                 max_new_tokens: int = 16, cot_max_new_tokens: int = 128) -> None:
+                 max_new_tokens: int = MAX_NEW_TOKENS, cot_max_new_tokens: int = COT_MAX_NEW_TOKENS) -> None:
         self.backend = backend
         self.examples = examples
         self.demo_pool = demo_pool

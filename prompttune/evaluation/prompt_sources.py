@@ -6,21 +6,27 @@ A prompts file (YAML, or JSON by suffix) is either a list of templates or a mapp
     prompts:
       - "Article: {text}\\nTopic:"
       - {name: topic-question, template: "{text}\\nWhat is the topic ({labels})?"}
+      - {name: shipped, export: runs/agnews-sh/export/prompt.openai-chat.json}
 
 Templates hold one `{field}` per input field of the task (`{text}` for agnews and sst2) and may
 hold `{labels}` (the label words joined by ", "); `{{` and `}}` are literal braces. Rendering is
 byte-exact: the prompt is the template with the fields filled in, minus trailing spaces, and each
 label is scored as the continuation " " + its label word (BPE tokenizers attach the space to the
 word). Label words default to the task's first verbalizer of every label.
+
+An `export` entry is a prompt `prompttune export RUN --to openai-chat` wrote (the path is relative
+to the prompts file): its messages, assistant prefix, label words and calibration are scored as
+the run scored them (`exported_spec`), whatever the file's `label_words` say.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -41,10 +47,37 @@ class NamedPrompt:
     source: str
 
 
+OPENAI_CHAT_FORMAT = "prompttune-openai-chat/1"
+
+
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
-    template: str
+    template: str | None = None
+    export: str | None = None
+
+
+class _Message(BaseModel):
+    role: Literal["system", "user"]
+    content: str
+
+
+class _Answer(BaseModel):
+    continuations: list[str]
+    cot: bool = False
+
+
+class _OpenAIChatExport(BaseModel):
+    """The parts of an openai-chat export that decide how it renders and is scored."""
+
+    format: Literal[OPENAI_CHAT_FORMAT]
+    input_fields: list[str]
+    chat: bool
+    messages: list[_Message] = Field(min_length=1)
+    assistant_prefix: str
+    label_words: list[str] = Field(min_length=1)
+    answer: _Answer
+    calibrate: bool
 
 
 class _PromptsFile(BaseModel):
@@ -84,6 +117,55 @@ def template_spec(template: str, fields: Sequence[str], label_words: Sequence[st
                       output_template=literal.rstrip(" ") + " {}", label_words=tuple(label_words))
 
 
+def _placeholder_templates(content: str, fields: Sequence[str]) -> tuple[list[tuple[str, str]], str]:
+    """`content` cut at each `{field}`: (field, text before it + "{}") pieces, and the text after the last."""
+    if "{}" in content:
+        raise UserError("a literal '{}' in the exported prompt cannot be rendered as a template")
+    pattern = re.compile("|".join(re.escape(f"{{{name}}}") for name in fields))
+    pieces, start = [], 0
+    for found in pattern.finditer(content):
+        pieces.append((found.group()[1:-1], content[start:found.start()] + "{}"))
+        start = found.end()
+    return pieces, content[start:]
+
+
+def exported_spec(data: object, task: Task) -> PromptSpec:
+    """The PromptSpec that renders an openai-chat export exactly: its messages with the task's inputs
+    in place of the `{field}` placeholders, its assistant prefix and label continuations, its calibration."""
+    try:
+        export = _OpenAIChatExport.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "top level"
+        raise UserError(f"not an openai-chat export ({where}: {err['msg']})") from None
+    if sorted(export.input_fields) != sorted(task.input_fields):
+        raise UserError(f"exported for input fields {', '.join(export.input_fields)}, not the task's "
+                        f"{', '.join(task.input_fields)}")
+    if len(export.label_words) != len(task.labels):
+        raise UserError(f"exported with {len(export.label_words)} label words for the task's {len(task.labels)} labels")
+    if export.answer.cot:
+        raise UserError("a chain-of-thought export cannot be scored again from its messages (its reasoning "
+                        "trigger is part of the text, which the prompt would add a second time)")
+    word, continuation = export.label_words[0], export.answer.continuations[0]
+    carried = continuation[:len(continuation) - len(word)]
+    if [carried + w for w in export.label_words] != export.answer.continuations:
+        raise UserError("the continuations are not the label words after one shared prefix")
+    *system, user = export.messages
+    if user.role != "user" or [m.role for m in system] not in ([], ["system"]) or (system and not export.chat):
+        raise UserError("expected an optional system message, then one user message")
+    pieces, tail = _placeholder_templates(user.content, export.input_fields)
+    if not pieces:
+        raise UserError(f"the user message holds no {{{export.input_fields[0]}}}")
+    if export.chat:  # the user message ends with the input; the assistant prefix opens the answer
+        pieces[-1] = (pieces[-1][0], pieces[-1][1] + tail)
+        return PromptSpec(instruction="", input_templates=tuple(pieces), field_joiner="", chat=True,
+                          system=system[0].content if system else None, label_words=tuple(export.label_words),
+                          output_template=export.assistant_prefix + carried + "{}", calibrate=export.calibrate)
+    return PromptSpec(instruction="", input_templates=tuple(pieces), field_joiner="", intra_separator="",
+                      output_template=tail + carried + "{}", label_words=tuple(export.label_words),
+                      calibrate=export.calibrate)
+
+
 def _label_words(raw: list[str] | dict[str, str] | None, task: Task) -> list[str]:
     if raw is None:
         words = [v[0] for v in task.verbalizers]
@@ -103,9 +185,9 @@ def _label_words(raw: list[str] | dict[str, str] | None, task: Task) -> list[str
     return words
 
 
-def _read(path: Path) -> object:
+def _read(path: Path, what: str = "prompts file") -> object:
     if not path.is_file():
-        raise UserError(f"prompts file {path} not found")
+        raise UserError(f"{what} {path} not found")
     if path.suffix == ".json":
         try:
             return json.loads(path.read_text(encoding="utf-8"))
@@ -116,12 +198,13 @@ def _read(path: Path) -> object:
 
 def load_prompts_file(path: str | Path, task: Task) -> list[NamedPrompt]:
     """Parse and validate a prompts file for `task`; any problem is a one-line UserError."""
-    return parse_prompts(_read(Path(path)), task, str(path))
+    return parse_prompts(_read(Path(path)), task, str(path), Path(path).parent)
 
 
-def parse_prompts(raw: object, task: Task, source: str = "prompts") -> list[NamedPrompt]:
+def parse_prompts(raw: object, task: Task, source: str = "prompts", base: Path = Path()) -> list[NamedPrompt]:
     """Templates (a list, or a mapping with 'prompts' and optional 'label_words') as named prompt
-    specs for `task`; `source` names where they came from in every error."""
+    specs for `task`; `source` names where they came from in every error, `base` is the folder
+    `export` paths are relative to."""
     try:
         parsed = _PromptsFile.model_validate({"prompts": raw} if isinstance(raw, list) else raw)
     except ValidationError as exc:
@@ -135,18 +218,29 @@ def parse_prompts(raw: object, task: Task, source: str = "prompts") -> list[Name
         raise UserError(f"{source}: {exc}") from None
     prompts: list[NamedPrompt] = []
     for i, entry in enumerate(parsed.prompts, start=1):
-        name, template = (f"p{i:02d}", entry) if isinstance(entry, str) else (entry.name or f"p{i:02d}",
-                                                                             entry.template)
+        name = (entry.name if isinstance(entry, _Entry) else None) or f"p{i:02d}"
         try:
-            spec = template_spec(template, task.input_fields, words)
+            spec, shown = _entry_spec(entry, task, words, base)
         except UserError as exc:
             raise UserError(f"{source}: prompt {name!r}: {exc}") from None
         clash = next((p for p in prompts if p.name == name or p.spec == spec), None)
         if clash is not None:
             raise UserError(f"{source}: prompt {name!r} repeats the {'name' if clash.name == name else 'template'} "
                             f"of prompt {clash.name!r}")
-        prompts.append(NamedPrompt(name, spec, template))
+        prompts.append(NamedPrompt(name, spec, shown))
     return prompts
+
+
+def _entry_spec(entry: str | _Entry, task: Task, words: Sequence[str], base: Path) -> tuple[PromptSpec, str]:
+    """One entry's spec, and what the report shows as its source."""
+    if isinstance(entry, str):
+        return template_spec(entry, task.input_fields, words), entry
+    if (entry.template is None) == (entry.export is None):
+        raise UserError("give either template or export")
+    if entry.template is not None:
+        return template_spec(entry.template, task.input_fields, words), entry.template
+    path = base / entry.export
+    return exported_spec(_read(path, "exported prompt"), task), f"export {entry.export}"
 
 
 def sample_space(space: SearchSpace, n: int, seed: int) -> list[NamedPrompt]:
