@@ -26,7 +26,7 @@ import inspect
 import json
 import pprint
 import textwrap
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -280,18 +280,13 @@ def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_di
     return [out / "program.json", out / "program.py"]
 
 
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
-
-
 def load_winner(run_dir: Path) -> tuple[PromptSpec, RunConfig]:
     """The chosen PromptSpec and the run's configuration, from a run directory."""
     config = read_run_config(run_dir)
     best = read_json(run_dir / "best_prompt.json")
     if not isinstance(best, dict) or not isinstance(best.get("spec"), dict):
         raise UserError(f"{run_dir / 'best_prompt.json'} holds no prompt spec; was it written by optimize?")
-    known = {f.name for f in fields(PromptSpec)}
-    return PromptSpec(**{k: _tuples(v) for k, v in best["spec"].items() if k in known}), config
+    return PromptSpec.from_dict(best["spec"]), config
 
 
 def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
