@@ -25,12 +25,22 @@ def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
         raise resumable_outage(exc, f"optimize --resume {exc.run_dir}") from None
 
 
+def _point_latest(run_dir: Path) -> None:
+    """`RUNS_DIR/latest` names the run that finished last, so the next command can say `runs/latest`."""
+    latest = run_dir.parent / "latest"
+    staged = run_dir.parent / f".latest-{run_dir.name}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(run_dir.name)
+    staged.replace(latest)
+
+
 def _optimize(args: argparse.Namespace) -> int:
     from prompttune.optimizers import get_optimizer
     from prompttune.optimizers.base import describe_options
 
     if args.resume:
         result = _with_resume_hint(lambda: resume_study(Path(args.resume), progress=True, handle_signals=True))
+        _point_latest(result.run_dir)
         print(f"resumed {args.resume}: {result.verdict.summary()}; budget used {result.search_ledger.calls}/"
               f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
         return 0
@@ -47,6 +57,7 @@ def _optimize(args: argparse.Namespace) -> int:
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
+    _point_latest(result.run_dir)
     leader = result.verdict.leader_confirmation
     print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
           f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
