@@ -257,3 +257,18 @@ def test_check_generation_is_skipped_when_the_verdict_already_generated(tmp_path
     report = (result.run_dir / "report.md").read_text()
     assert "The verdict scored prompts by **generation** (`--scoring generate`)." in report
     assert "Skipped: the verdict itself scored by generation" in report
+
+
+@pytest.mark.integration
+def test_check_generation_and_prompt_tokens_with_the_embedded_model(data_dir: Path, tmp_path: Path) -> None:
+    config = RunConfig(task="agnews", data_dir=str(data_dir), optimizer="random", budget=24, train_size=20, dev_size=12,
+                       test_size=12, check_generation=6, max_prompt_tokens=120, runs_dir=str(tmp_path))
+    result = run_study(config)
+    check = result.generation_check
+    assert check is not None and check.n == 6 and check.calls == 6 * len(check.prompts)
+    for served in check.prompts:
+        assert 0.0 <= served.accuracy <= served.valid_rate <= 1.0
+    assert 0 < result.prompt_tokens["baseline"] <= 120 and all(p.prompt_tokens <= 120 for p in result.outcome.scored)
+    report = (result.run_dir / "report.md").read_text()
+    assert "by **label log-probabilities**" in report and "| baseline | " in report
+    assert (result.run_dir / "prompt_tokens.png").is_file()

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 TOKENS_PNG = "prompt_tokens.png"
 TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos, field names, cue and chat template) "
-                  "counted with the backend's tokenizer; each request adds its input's tokens")
+                  "in the backend's tokens; each request adds its input's own")
 REFUSALS = {"frozen": "dropped or changed a frozen text", "tokens": "over --max-prompt-tokens"}
 
 
@@ -149,7 +149,7 @@ def _tokens_section(result: "RunResult", space: "SearchSpace") -> list[str]:
             + (f", dev winner {tokens['dev winner']}" if result.verdict.dev_winner.id != result.verdict.shipped.id
                else "") + "."
             + (f" Ceiling `--max-prompt-tokens {ceiling}`." if ceiling is not None else "")
-            + f" Counted as {TOKENS_COUNTED}.", "",
+            + f" Each is {TOKENS_COUNTED}.", "",
             *(["Frozen texts, kept verbatim by every candidate scored: "
                + "; ".join(f"`{' '.join(text.split())}`" for text in space.frozen) + ".", ""] if space.frozen else []),
             rejected_line(result.outcome.rejected), "",

@@ -348,7 +348,7 @@ def _tokens_section(facts: dict, config: dict) -> list[Html]:
     ceiling = tokens["max_prompt_tokens"]
     frozen = facts.get("frozen") or []
     return [section("Prompt tokens",
-                    para(f"Prompt tokens per request, counted as {TOKENS_COUNTED}."
+                    para(f"Prompt tokens per request: {TOKENS_COUNTED}."
                          + (f" Ceiling --max-prompt-tokens {ceiling}." if ceiling is not None else "")),
                     table(["prompt", "tokens per request"], list(tokens["per_request"].items()), (1,)),
                     *([para("Frozen texts, kept verbatim by every candidate scored:"),
