@@ -324,8 +324,7 @@ class SearchDriver:
         self.number = 0
         self.seen: dict[str, Candidate] = {}  # admitted candidates, scored on some examples
         self.rejected: dict[str, str] = {}  # candidate id -> why the admission refused it
-        space = optimizer.context.space
-        self.admission = Admission(evaluator.backend, evaluator.demo_pool, space.frozen,
+        self.admission = Admission(evaluator.backend, evaluator.demo_pool, optimizer.context.space.frozen,
                                    optimizer.context.max_prompt_tokens)
         self.anytime: list[tuple[int, float]] = []
         self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each leader took over

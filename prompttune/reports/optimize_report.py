@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 TOKENS_PNG = "prompt_tokens.png"
 TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos, field names, cue and chat template) "
-                  "in the backend's tokens; each request adds its input's own")
+                  "in the backend's tokens (its tokenizer's count, an upper bound where it has none); each request adds "
+                  "its input's own")
 REFUSALS = {"frozen": "dropped or changed a frozen text", "tokens": "over --max-prompt-tokens"}
 
 
@@ -104,6 +105,11 @@ def generation_rows(check: GenerationCheck) -> list[list[str]]:
             for p in check.prompts]
 
 
+def answer_shown(text: str, limit: int = 80) -> str:
+    """A generated answer on one line, shortened, with no backtick to break a code span."""
+    return " ".join(text.replace("`", "'").split())[:limit]
+
+
 def generation_warning(check: GenerationCheck) -> str | None:
     """A warning where a prompt the search picked answers worse than the baseline once it generates freely."""
     base = next(p for p in check.prompts if p.role == "baseline")
@@ -127,8 +133,8 @@ def _generation_section(check: GenerationCheck | None) -> list[str]:
             "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
             *["| " + " | ".join(row) + " |" for row in generation_rows(check)], "",
             *([f"**Warning: {warning}.**", ""] if warning else []),
-            *[f"Answers of the {p.role} without a label: " + "; ".join(f"`{' '.join(text.split())[:80]}`"
-                                                                      for text in p.invalid_answers) + "."
+            *[f"- Answers of the {p.role} without a label: "
+              + "; ".join(f"`{answer_shown(text)}`" for text in p.invalid_answers) + "."
               for p in check.prompts if p.invalid_answers], ""]
 
 

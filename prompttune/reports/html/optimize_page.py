@@ -38,6 +38,7 @@ from prompttune.reports.optimize_report import (
     SERVER_COUNTS,
     SERVERS_NOTE,
     TOKENS_COUNTED,
+    answer_shown,
     generation_header,
     generation_rows,
     generation_warning,
@@ -326,7 +327,7 @@ def _generation_section(facts: dict) -> list[Html]:
     if check.skipped:
         return [section(title, para(f"Skipped: {check.skipped}.", "note"))]
     warning = generation_warning(check)
-    invalid = [[p.role, "; ".join(" ".join(text.split())[:80] for text in p.invalid_answers)]
+    invalid = [[p.role, "; ".join(answer_shown(text) for text in p.invalid_answers)]
                for p in check.prompts if p.invalid_answers]
     return [section(title,
                     para(f"The verdict scored by {check.verdict_scored_by}. {GENERATION_NOTE} Not charged to the search "
