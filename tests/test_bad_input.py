@@ -119,6 +119,15 @@ CASES = [
     Case("prompt unknown placeholder", optimize("--prompt", "{files}/prompt_sentence.txt"), "placeholder {sentence}"),
     Case("prompt without the input", task("task_prompt_no_field.yaml"), "the prompt lacks {text}"),
     Case("prompt and messages both", task("task_prompt_and_messages.yaml"), "give either prompt or messages"),
+    Case("frozen text not in the prompt", task("task_frozen_missing.yaml"),
+         "frozen text 'Never share data.' is not in the baseline prompt"),
+    Case("frozen text without a prompt", task("task_frozen_no_prompt.yaml"), "frozen lists texts of your prompt"),
+    Case("frozen text not in a --prompt file", optimize("--task", "{files}/task_frozen_ok.yaml", "--prompt",
+                                                        "{files}/prompt_ok.txt"), "frozen text 'Never share data.'"),
+    Case("frozen text with a dspy optimizer", optimize("--task", "{files}/task_frozen_ok.yaml", "--optimizer",
+                                                       "dspy-mipro"), "outside the search driver"),
+    Case("max prompt tokens zero", optimize("--max-prompt-tokens", "0"), "--max-prompt-tokens 0"),
+    Case("check generation negative", optimize("--check-generation", "-3"), "--check-generation -3"),
     Case("prompt with a space file", optimize("--prompt", "{files}/prompt_ok.txt", "--space",
                                               "{files}/space_typo_free.yaml"), "both set the baseline"),
     Case("evaluate prompt with prompts", prompts("prompts_ok.yaml") + ["--prompt", "{files}/prompt_ok.txt"],
@@ -348,6 +357,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "task_prompt_no_field.yaml": _task_yaml("colours.csv", "prompt: 'Name the colour. Colour:'\n"),
         "task_prompt_and_messages.yaml": _task_yaml("colours.csv", "prompt: '{text}'\nmessages: "
                                                                    "[{role: user, content: '{text}'}]\n"),
+        "task_frozen_missing.yaml": _task_yaml("colours.csv", "prompt: 'Name the colour. Item: {text}'\n"
+                                                              "frozen: ['Never share data.']\n"),
+        "task_frozen_no_prompt.yaml": _task_yaml("colours.csv", "frozen: ['Never share data.']\n"),
+        "task_frozen_ok.yaml": _task_yaml("colours.csv", "prompt: 'Name the colour. Never share data. Item: {text}'\n"
+                                                         "frozen: ['Never share data.']\n"),
         "task_shared_word.yaml": _task_yaml("colours.csv", labels="{red: [warm], green: [cool], blue: [warm]}"),
         "prompts_malformed.yaml": "- '{text} Colour:'\n- [unclosed\n",
         "prompts_malformed.json": '["{text} Colour:",\n',

@@ -53,7 +53,8 @@ def _optimize(args: argparse.Namespace) -> int:
         optimizer_options=dict(parse_option(o) for o in args.option), budget=args.budget,
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
         scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,
-        dev_alpha=args.dev_alpha, proposer_model=args.proposer_model,
+        dev_alpha=args.dev_alpha, check_generation=args.check_generation,
+        max_prompt_tokens=args.max_prompt_tokens, proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
@@ -85,5 +86,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help="test the top K dev candidates on test with Holm over K (default 1)")
     opt.add_argument("--dev-alpha", type=float, default=0.10,
                      help="family-wise false-accept level of each sweep of dev challenges (cople, p2g)")
+    opt.add_argument("--check-generation", type=int, default=0, metavar="N",
+                     help="after the verdict, score the shipped prompt and the baseline by generation (greedy "
+                          "decoding, label extraction) on the first N test examples, outside the budget (default 0: off)")
+    opt.add_argument("--max-prompt-tokens", type=int, metavar="N",
+                     help="reject every candidate whose prompt around an empty input (demos included) passes N tokens")
     opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
     opt.set_defaults(handler=_optimize)

@@ -54,6 +54,10 @@ class RunConfig(BackendConfig):
     confirm_top: int = Field(1, gt=0, description="test the top K dev candidates on test, Holm over K")
     dev_alpha: float = Field(0.10, gt=0, lt=1,
                              description="family-wise false-accept level of one sweep of dev challenges")
+    check_generation: int = Field(0, ge=0, description="after the verdict, score the shipped prompt and the baseline "
+                                                       "by generation on the first N test examples (0: off)")
+    max_prompt_tokens: int | None = Field(None, gt=0, description="reject candidates whose prompt around an empty "
+                                                                  "input exceeds N tokens (demos included)")
     proposer_model: str | None = Field(None, description="model that writes instructions; default: the task model")
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)

@@ -16,6 +16,7 @@ from prompttune.core.types import Example, Prompt
 from prompttune.engine.export import as_json, as_text, template
 from prompttune.evaluation.confirmation import Confirmation, Verdict
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.serving import GenerationCheck
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
@@ -98,6 +99,8 @@ class RunResult:
     resumed: Resumption | None = None
     servers: dict[str, dict[str, int]] = field(default_factory=dict)  # per-server counts (openai backend)
     test_looks: int = 1  # verdicts this run's test split has served, this one included (engine.verdicts)
+    generation_check: GenerationCheck | None = None  # --check-generation: the prompts served by generation
+    prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
 
     def prompt(self, candidate: Candidate) -> TunedPrompt:
         return TunedPrompt(candidate, tuple(select_demos(candidate.spec, self.train)), self.to_text,

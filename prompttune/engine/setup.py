@@ -57,26 +57,30 @@ def require_dev_budget(config: RunConfig, task: Task) -> None:
 
 def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:
     """What the run's optimizer may see: the space bound to train, train and dev ids (never test),
-    the objective (a callable replaces the named one)."""
+    the objective (a callable replaces the named one), the ceiling on prompt tokens."""
     train = task.splits["train"]
     return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in task.splits["dev"]],
                          len(task.labels), objective or config.objective, config.seed, config.budget,
-                         dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha))
+                         dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha),
+                         max_prompt_tokens=config.max_prompt_tokens)
 
 
 def task_space(task: Task, space_file: str | None, prompt_file: str | None) -> SearchSpace:
     """The `--space` file, else the space prompttune builds for the task: around the user's prompt (`--prompt`
     file, else the task's own) where there is one, bound to the train split. `--prompt` and `--space` each set
-    the baseline: one at a time."""
+    the baseline: one at a time. The task file's frozen texts hold whichever baseline is searched."""
     if space_file is not None and prompt_file is not None:
         raise UserError(f"--prompt {prompt_file} and --space {space_file} both set the baseline: give --prompt to "
                         f"search the space derived around your prompt, or --space for the space file's own baseline")
+    frozen = task.prompt.frozen if task.prompt is not None else ()
     if space_file is None:
-        prompted = replace(task, prompt=read_prompt_file(prompt_file)) if prompt_file is not None else task
-        return default_space(prompted).bind(task.splits["train"])
+        if prompt_file is not None:
+            given = read_prompt_file(prompt_file)
+            task = replace(task, prompt=replace(given, frozen=tuple(dict.fromkeys([*frozen, *given.frozen]))))
+        return default_space(task).bind(task.splits["train"])
     from prompttune.search_spaces.loader import load_space_file
 
-    return load_space_file(space_file, task)
+    return load_space_file(space_file, task).freezing(frozen, f"the task's frozen texts, with --space {space_file}")
 
 
 def load_space(config: RunConfig, task: Task) -> SearchSpace:

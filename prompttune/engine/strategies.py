@@ -88,6 +88,10 @@ class DspyStrategy:
 def plan_strategy(config: RunConfig, context: SearchContext) -> Callable[[Setting], Strategy]:
     """Check everything the strategy can check before a model loads; return how to build it."""
     name = config.optimizer
+    if name in DSPY_ARMS and (context.space.frozen or config.max_prompt_tokens is not None):
+        raise UserError(f"{name} compiles through DSPy, outside the search driver that holds every candidate to the "
+                        "task's frozen texts and --max-prompt-tokens; use one of prompttune's optimizers "
+                        f"({', '.join(OPTIMIZERS)})")
     if name in DSPY_ARMS:
         from prompttune.dspy_bridge import require_dspy
 

@@ -36,6 +36,7 @@ from prompttune.core.interrupt import (
     stop_on_signals,
 )
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
+from prompttune.core.types import Example
 from prompttune.engine.results import Resumption, RunResult
 from prompttune.engine.setup import (
     RUN_DIR,
@@ -53,15 +54,18 @@ from prompttune.engine.strategies import Setting, plan_strategy
 from prompttune.engine.verdicts import look_alpha, new_look, record_look, spent_alpha
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import held_out_verdict
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import Evaluator, prompt_tokens
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.evaluation.serving import check_generation
 from prompttune.objectives import Objective, get_objective
 from prompttune.optimizers.proposer import Proposer
-from prompttune.reports.html.facts import run_status, write_run_facts
+from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
+from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
 from prompttune.reports.html_report import write_html_report
 from prompttune.reports.optimize_report import describe_change, print_summary, write_report
 from prompttune.search_spaces import Candidate, SearchSpace
+from prompttune.search_spaces.prompt import select_demos
 from prompttune.tasks.base import Task
 
 CacheView = Callable[[BudgetLedger], ResultCache | MeteredCache]
@@ -87,6 +91,19 @@ def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSp
         "diff_from_baseline": describe_change(space, baseline, candidate),
     }, indent=2, ensure_ascii=False))
     write_atomic(run_dir / f"{name}.txt", text + "\n")
+
+
+def tokens_of(backend: Backend, candidate: Candidate, train: dict[str, Example]) -> int:
+    """The candidate's prompt tokens per request (`prompt_tokens`: around an empty input, demos included)."""
+    return prompt_tokens(backend, candidate.spec, select_demos(candidate.spec, train))
+
+
+def check_prompt_ceiling(config: RunConfig, backend: Backend, baseline: Candidate, train: dict[str, Example]) -> None:
+    """A baseline over --max-prompt-tokens could never be searched around: one line before the run starts."""
+    if config.max_prompt_tokens is not None and (tokens := tokens_of(backend, baseline, train)) > config.max_prompt_tokens:
+        raise UserError(f"--max-prompt-tokens {config.max_prompt_tokens}: the baseline prompt alone is {tokens} "
+                        f"tokens around an empty input ({backend.model_id}'s tokenizer); raise the ceiling or "
+                        "shorten the prompt")
 
 
 def _progress(console: Console, shown: bool) -> Progress | nullcontext:
@@ -135,6 +152,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                             if config.proposer_model else backend)
         counts_at_start = backend.server_counts()
         console.print(backend.describe())
+        train = {ex.id: ex for ex in visible.splits["train"]}
+        check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
         stop = (resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}")) if handle_signals
                 else StopRequest(""))  # a library call: no handler, so nothing ever asks the search to stop
@@ -154,7 +173,6 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
                 return MeteredCache(cache) if metered else cache
 
-        train = {ex.id: ex for ex in visible.splits["train"]}
         seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
         search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
         evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
@@ -179,6 +197,13 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
             verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, test_ids, alpha,
                                        config.confirm_top, config.seed)
+            generation = None
+            if config.check_generation:
+                generation_ledger = BudgetLedger()
+                console.print(f"generation check on the first {config.check_generation} test examples…")
+                generation = check_generation(verdict, Evaluator(
+                    backend, {ex.id: ex for ex in test}, train, cache_view(generation_ledger), generation_ledger,
+                    scoring="generate"), config.check_generation, config.scoring)
         except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
             if run_dir:
                 mark_interrupted(run_dir, str(exc), servers())
@@ -193,7 +218,10 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                    if trials_before is not None else None)
         result = RunResult(run_dir, config, baseline, context.space, outcome, verdict, search_ledger,
                            confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
-                           strategy, storage, resumed, servers())
+                           strategy, storage, resumed, servers(), generation_check=generation,
+                           prompt_tokens={role: tokens_of(backend, candidate, train) for role, candidate in
+                                          (("baseline", baseline), ("shipped", verdict.shipped),
+                                           ("dev winner", verdict.dev_winner))})
         if run_dir is None:
             return result
         stopped = f"stopped by {stop.signal} after the trial in flight" if interim else None
@@ -216,8 +244,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
 
 
 def _write_record(result: RunResult, task: Task, interim: bool) -> None:
-    """The prompts as the model sees them, the dev leader at each spend, report.md and verdict.json
-    (last: it marks the run finished)."""
+    """The prompts as the model sees them, the dev leader at each spend, the prompt-tokens plot, report.md and
+    verdict.json (last: it marks the run finished)."""
     run_dir, space, baseline, verdict = result.run_dir, result.space, result.baseline, result.verdict
     assert run_dir is not None
     example = task.splits["test"][0]
@@ -234,6 +262,8 @@ def _write_record(result: RunResult, task: Task, interim: bool) -> None:
     write_atomic(run_dir / "leaders.jsonl", "".join(
         json.dumps({"calls": calls, "tokens": tokens, "spec": asdict(spec)}) + "\n"
         for calls, tokens, spec in result.outcome.leaders))  # the dev pick at each spend (budget_curve.py)
+    write_tokens_png(run_dir, token_facts(result), marked_prompts(baseline.id, verdict.dev_winner.id, shipped.id),
+                     result.config.objective)
     write_report(result, result.config, task, space, baseline)
     write_run_facts(result, task)
 

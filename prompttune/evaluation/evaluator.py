@@ -19,9 +19,9 @@ from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.metering import Meter, generate_values, score_values
 from prompttune.evaluation.prediction import Scoring, make_predictor
 from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query
-from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
+from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, select_demos
 
-__all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring", "shared_prefix"]
+__all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]
 
 Mode = Literal["score", "generate"]
 
@@ -43,6 +43,12 @@ def shared_prefix(backend: Backend, spec: PromptSpec, demos: Sequence[Example]) 
     example of this candidate shares, handed to the backend so it computes it only once."""
     text = backend.to_text(render(spec, _content_free_example(spec, CONTENT_FREE_PREFIX + _PROBE), demos))
     return text[:max(text.find(_PROBE), 0)]
+
+
+def prompt_tokens(backend: Backend, spec: PromptSpec, demos: Sequence[Example]) -> int:
+    """Tokens of the prompt around empty inputs (chat template included), counted by the backend: what every
+    request of this prompt pays besides its input (`--max-prompt-tokens`, the report's prompt tokens)."""
+    return backend.count_tokens([backend.to_text(fixed_part(spec, demos))])[0]
 
 
 def _output(example: Example, value: dict, cached: bool) -> Output:

@@ -10,7 +10,10 @@ the anytime curve and the baseline top-up, and it merges the baseline into the s
 by paired dev score (`SearchDriver.ranking`): a strategy may rank without the baseline (successive
 halving keeps only its last round's survivors) or on unpaired evidence, but what is handed on
 never puts a prompt above the baseline unless it beat the baseline on the same dev examples.
-The held-out verdict comes after, in `prompttune.evaluation.confirmation`, for every optimizer alike.
+The driver also admits every candidate before it is scored (`admission.py`: frozen texts, the prompt-token
+ceiling): one that fails is neither scored nor charged, the optimizer is told it answered nothing, and it never
+enters the ranking. The held-out verdict comes after, in `prompttune.evaluation.confirmation`, for every
+optimizer alike.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Sequence
 
@@ -29,16 +33,19 @@ from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.objectives import Objective, get_objective
-from prompttune.objectives.stats import AcceptRule, Decision
-from prompttune.optimizers.proposer import Proposer
+from prompttune.objectives.stats import AcceptRule, Decision, paired_compare
+from prompttune.optimizers.admission import Admission
+from prompttune.optimizers.proposer import Proposer, checked_instruction
 from prompttune.optimizers.search_helpers import place_baseline, rank_by_score
+from prompttune.search_spaces.frozen import keep_frozen
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate, SearchSpace
 
 
 @dataclass
 class SearchContext:
-    """What an optimizer may see: the space, train and dev ids (never test), the objective."""
+    """What an optimizer may see: the space, train and dev ids (never test), the objective, and the ceiling on
+    prompt tokens the driver holds every candidate to."""
 
     space: SearchSpace
     train_ids: list[str]
@@ -50,6 +57,7 @@ class SearchContext:
     options: dict[str, Any] = field(default_factory=dict)
     accept_rule: AcceptRule = field(default_factory=AcceptRule)
     train_labels: dict[str, int] = field(default_factory=dict)
+    max_prompt_tokens: int | None = None
 
     def score(self, records: Sequence[Record]) -> float:
         gold = [r.gold for r in records]
@@ -146,6 +154,12 @@ class Optimizer(ABC):
         """A train example's input text, for proposer and critic prompts."""
         example = next(e for e in self.context.space.demo_pool if e.id == example_id)
         return " ".join(example.fields.values())[:limit]
+
+    def usable_rewrite(self, reply: str, spec: PromptSpec) -> str | None:
+        """A proposer's rewrite of `spec`'s instruction if usable (`checked_instruction`), keeping the frozen
+        texts that instruction holds (appended where the rewrite dropped them), so the driver does not reject it."""
+        text = checked_instruction(reply, spec.label_words)
+        return None if text is None else keep_frozen(text, spec.instruction, self.context.space.frozen)
 
     def remaining_budget(self) -> int | None:
         """Calls left under the cap (the proposer shares the search ledger); None = no cap."""
@@ -255,6 +269,17 @@ def decision_log(decision: Decision) -> dict[str, Any]:
             "p": round(decision.p_value, 6), "threshold": float(f"{decision.threshold:.3g}")}
 
 
+@dataclass(frozen=True)
+class ScoredPrompt:
+    """A candidate the search scored on dev: its prompt tokens per request and its dev objective (the report's
+    tokens-against-score plot)."""
+
+    candidate_id: str
+    prompt_tokens: int
+    dev_score: float
+    dev_n: int
+
+
 @dataclass
 class SearchOutcome:
     """What the search hands to the verdict: the dev ranking and how the leader compares on dev."""
@@ -276,6 +301,8 @@ class SearchOutcome:
     challenge_accepts: int = 0
     sweeps_with_accept: int = 0
     interrupted: bool = False  # stopped on request (a signal) before the strategy or the budget ended it
+    rejected: dict[str, int] = field(default_factory=dict)  # candidates the driver refused, by refusal
+    scored: list[ScoredPrompt] = field(default_factory=list)
 
     @property
     def leader(self) -> Candidate:
@@ -295,7 +322,10 @@ class SearchDriver:
         self.optimizer, self.evaluator, self.storage, self.on_trial = optimizer, evaluator, storage, on_trial
         self.should_stop = should_stop
         self.number = 0
-        self.seen: set[str] = set()
+        self.seen: dict[str, Candidate] = {}  # admitted candidates, scored on some examples
+        self.rejected: dict[str, str] = {}  # candidate id -> why the admission refused it
+        self.admission = Admission(evaluator.backend, evaluator.demo_pool, optimizer.context.space.frozen,
+                                   optimizer.context.max_prompt_tokens)
         self.anytime: list[tuple[int, float]] = []
         self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each leader took over
         self.sweep_use: dict[int, int] = {}
@@ -318,12 +348,27 @@ class SearchDriver:
             interrupted = True
         return self.outcome(stopped_by_budget, interrupted)
 
+    def admits(self, candidate: Candidate) -> bool:
+        """Whether the candidate meets the run's limits (`Admission`); a refusal is recorded once."""
+        if candidate.id in self.seen:
+            return True
+        if candidate.id not in self.rejected and (refusal := self.admission.refusal(candidate.spec)) is not None:
+            self.rejected[candidate.id] = refusal
+        return candidate.id not in self.rejected
+
     def evaluate(self, request: TrialRequest) -> list[Record]:
+        """The candidate's records from the evaluator; for a candidate the admission refuses, no call and no
+        charge: an invalid answer on every example, so every strategy ranks it last."""
         if self.should_stop and self.should_stop():
             raise SearchStopped
-        records = self.evaluator.evaluate(request.candidate.spec, request.example_ids)
+        candidate = request.candidate
+        if self.admits(candidate):
+            records = self.evaluator.evaluate(candidate.spec, request.example_ids)
+            self.seen[candidate.id] = candidate
+        else:
+            examples = self.evaluator.examples
+            records = [Record(i, examples[i].label, None, None, None, 0, 0, False) for i in request.example_ids]
         self.optimizer.observe(request, records)
-        self.seen.add(request.candidate.id)
         return records
 
     def run_challenge(self, challenge: Challenge) -> Decision:
@@ -334,6 +379,8 @@ class SearchDriver:
             raise RuntimeError(f"{opt.name}: sweep {challenge.sweep.number} planned {challenge.sweep.size} "
                                "challenges and asked for more")
         self.sweep_use[challenge.sweep.number] = used
+        if not self.admits(challenge.candidate):  # refused without a call, the incumbent's included
+            return Decision("reject", paired_compare([], []), 0, 1.0, 0.0)
         alpha = rule.alpha / challenge.sweep.size
         n_max = len(challenge.order)
         n = rule.looks(n_max)[0]
@@ -362,12 +409,16 @@ class SearchDriver:
         ids = [i for i in opt.dev_ids_of(candidate) if i in scored]
         return (opt.score_on(candidate, ids), opt.score_on(opt.baseline, ids)) if ids else None
 
+    def strategy_ranking(self) -> list[Candidate]:
+        """The strategy's ranking without the candidates the admission refused."""
+        return [c for c in self.optimizer.ranking() if c.id not in self.rejected]
+
     def merged(self) -> Iterator[Candidate]:
         """The strategy's ranking with the baseline placed by paired dev score (`place_baseline`):
         first the prompts that beat the baseline on the dev examples both were scored on (strictly:
         the baseline wins ties), in the strategy's order; then the baseline; then the rest."""
         opt = self.optimizer
-        return place_baseline(opt.ranking(), opt.baseline, self.paired_scores)
+        return place_baseline(self.strategy_ranking(), opt.baseline, self.paired_scores)
 
     def ranking(self) -> list[Candidate]:
         """The merged ranking (`merged`), leader first; it always holds the baseline."""
@@ -380,6 +431,9 @@ class SearchDriver:
         return (self.optimizer.score_on(leader, ids), len(ids)) if ids else None
 
     def log(self, request: TrialRequest, records: list[Record], facts: dict[str, Any]) -> None:
+        """One trial in the log; a refused candidate's request is no trial (no call was made)."""
+        if request.candidate.id in self.rejected:
+            return
         space = self.optimizer.context.space
         trial = {
             "number": self.number,
@@ -414,7 +468,7 @@ class SearchDriver:
         """The baseline on the dev examples of the strategy's leader, then of the merged leader until it
         has all of them, so that the leader's comparison with the baseline is paired on all its examples."""
         opt = self.optimizer
-        self.topup_for(next(iter(opt.ranking()), opt.baseline))
+        self.topup_for(next(iter(self.strategy_ranking()), opt.baseline))
         while self.topup_for(next(self.merged())):
             pass
 
@@ -453,7 +507,14 @@ class SearchDriver:
             n_trials=self.number, n_candidates=len(self.seen), stopped_by_budget=stopped_by_budget,
             anytime=self.anytime, notes=opt.report_lines(), challenges=sum(self.sweep_use.values()),
             sweeps=len(self.sweep_use), challenge_accepts=sum(self.sweep_accepts.values()),
-            sweeps_with_accept=len(self.sweep_accepts), interrupted=interrupted, leaders=self.leaders)
+            sweeps_with_accept=len(self.sweep_accepts), interrupted=interrupted, leaders=self.leaders,
+            rejected=dict(Counter(self.rejected.values())), scored=self.scored_prompts())
+
+    def scored_prompts(self) -> list[ScoredPrompt]:
+        """Every admitted candidate scored on dev, with its prompt tokens and its dev objective."""
+        opt = self.optimizer
+        return [ScoredPrompt(c.id, self.admission.tokens(c.spec), opt.score_on(c, ids), len(ids))
+                for c in self.seen.values() if (ids := opt.dev_ids_of(c))]
 
 
 def run_search(optimizer: Optimizer, evaluator: Evaluator, storage: TrialStorage,

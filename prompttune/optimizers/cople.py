@@ -31,7 +31,7 @@ On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from pydantic import Field
@@ -39,7 +39,6 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import checked_instruction
 from prompttune.search_spaces.space import Candidate
 from prompttune.search_spaces.synonyms import synonym_source
 
@@ -48,16 +47,18 @@ STOPWORDS = frozenset("the and for with this that are its into from one has have
                       "which what who whom whose then than them they their there these those".split())
 
 
-def content_words(text: str) -> list[re.Match]:
-    """Editable words: alphabetic, 3+ letters, not stop words, not inside a `{placeholder}`."""
-    braces = [(m.start(), m.end()) for m in re.finditer(r"\{[^}]*\}", text)]
+def content_words(text: str, frozen: Sequence[str] = ()) -> list[re.Match]:
+    """Editable words: alphabetic, 3+ letters, not stop words, not inside a `{placeholder}` or a frozen text
+    (a variant that changes one would be rejected)."""
+    fixed = [(m.start(), m.end()) for m in re.finditer(r"\{[^}]*\}", text)]
+    fixed += [(m.start(), m.end()) for part in frozen for m in re.finditer(re.escape(part), text)]
     return [m for m in WORD.finditer(text) if m.group().lower() not in STOPWORDS
-            and not any(a <= m.start() < b for a, b in braces)]
+            and not any(a <= m.start() < b for a, b in fixed)]
 
 
-def replace_word(text: str, ordinal: int, new: str) -> str:
+def replace_word(text: str, ordinal: int, new: str, frozen: Sequence[str] = ()) -> str:
     """Replace (or, with new == "", delete) the ordinal-th content word."""
-    m = content_words(text)[ordinal]
+    m = content_words(text, frozen)[ordinal]
     if new:
         return text[: m.start()] + new + text[m.end():]
     return re.sub(r"\s{2,}", " ", text[: m.start()] + text[m.end():]).strip()
@@ -101,6 +102,7 @@ class CoordinateWordSearch(IncumbentSearch):
         self.evaluated: set[str] = {self.baseline.id}
         self.nominal = 1
         self._slot_lists = self._declared_alternatives()
+        self.frozen = self.context.space.frozen
 
     # -- alternatives -------------------------------------------------------------------------
     def _declared_alternatives(self) -> dict[str, list[str]]:
@@ -129,11 +131,12 @@ class CoordinateWordSearch(IncumbentSearch):
     # -- candidates ----------------------------------------------------------------------------
     def _variant(self, ordinal: int, new: str) -> Candidate:
         spec = self.incumbent.spec
-        return spec_candidate(spec.with_updates(instruction=replace_word(spec.instruction, ordinal, new)), "cople")
+        return spec_candidate(spec.with_updates(instruction=replace_word(spec.instruction, ordinal, new, self.frozen)),
+                              "cople")
 
     def _rank_slots(self) -> list[int]:
         base = gold_probability(self.records(self.incumbent, self.proxy))
-        words = content_words(self.incumbent.spec.instruction)
+        words = content_words(self.incumbent.spec.instruction, self.frozen)
         drops = [base - gold_probability(self.records(self._variant(k, ""), self.proxy)) for k in range(len(words))]
         return sorted(range(len(words)), key=lambda k: -drops[k])[: self.options.m]
 
@@ -142,7 +145,7 @@ class CoordinateWordSearch(IncumbentSearch):
         self.sweep_accepts = 0
         self.accepted_slots = set()
         instruction = self.incumbent.spec.instruction
-        words = content_words(instruction)
+        words = content_words(instruction, self.frozen)
         self.queue = []
         for slot in self.ranked or []:
             if slot < len(words):
@@ -155,7 +158,7 @@ class CoordinateWordSearch(IncumbentSearch):
         """The next alternative of this sweep that makes a new prompt; one accept per slot."""
         while self.queue:
             slot, word = self.queue.pop(0)
-            words = len(content_words(self.incumbent.spec.instruction))
+            words = len(content_words(self.incumbent.spec.instruction, self.frozen))
             if slot in self.accepted_slots or slot >= words:
                 continue
             candidate = (self._variant(slot, word) if slot >= 0 else
@@ -173,7 +176,7 @@ class CoordinateWordSearch(IncumbentSearch):
             if todo := self.missing(self.incumbent, self.proxy):
                 return TrialRequest(self.incumbent, todo, "proxy")
             if self.ranked is None:
-                for k in range(len(content_words(self.incumbent.spec.instruction))):
+                for k in range(len(content_words(self.incumbent.spec.instruction, self.frozen))):
                     if todo := self.missing(self._variant(k, ""), self.proxy):
                         return TrialRequest(self._variant(k, ""), todo, f"leave-one-out {k}")
                 self.ranked = self._rank_slots()
@@ -191,10 +194,9 @@ class CoordinateWordSearch(IncumbentSearch):
 
     def _queue_rewrite(self) -> None:
         spec = self.incumbent.spec
-        text = checked_instruction(self.proposer(
+        text = self.usable_rewrite(self.proposer(
             f"Instruction: {spec.instruction}\nRewrite this instruction in different words with the same "
-            f"meaning. Keep the answer options {', '.join(spec.label_words)}.\nRewritten instruction:"),
-            spec.label_words)
+            f"meaning. Keep the answer options {', '.join(spec.label_words)}.\nRewritten instruction:"), spec)
         if text is not None:
             self.queue = [(-1, text)]
             self.sweep = self.open_sweep(1)
@@ -208,7 +210,7 @@ class CoordinateWordSearch(IncumbentSearch):
 
     def report_lines(self) -> list[str]:
         share = (len(self.evaluated) - 1) / max(self.nominal, 1)
-        words = len(content_words(self.baseline.spec.instruction))
+        words = len(content_words(self.baseline.spec.instruction, self.frozen))
         return [f"COPLE: {self.sweeps} sweep(s) (each one family of challenges) over the "
                 f"{min(self.options.m, words)} most influential of "
                 f"{words} instruction words (leave-one-out "

@@ -37,7 +37,6 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import checked_instruction
 from prompttune.optimizers.search_helpers import rank_by_score, rotating_minibatch, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 
@@ -101,10 +100,9 @@ class Mipro(Optimizer):
             if len(pool) >= self.options.instructions:
                 break
             tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
-            text = checked_instruction(self.proposer(
+            text = self.usable_rewrite(self.proposer(
                 f"Task: {summary.strip()}\nExamples:\n{shown}\nThe answer must be one of: {labels}.\n"
-                f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:"),
-                base.label_words)
+                f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:"), base)
             if text is not None and text not in pool:
                 pool.append(text)
         return pool

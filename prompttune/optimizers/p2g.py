@@ -38,7 +38,7 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import checked_instruction, clean_instruction
+from prompttune.optimizers.proposer import clean_instruction
 from prompttune.optimizers.search_helpers import Direction, error_directions, rotating_minibatch
 from prompttune.search_spaces.space import Candidate
 
@@ -118,7 +118,7 @@ class SplitErrorCritique(IncumbentSearch):
                     + f"Rewrite the instruction following the feedback. The answer must stay one of: "
                     f"{', '.join(spec.label_words)}.\nImproved instruction:")
                 written.append(clean_instruction(reply))
-                if (text := checked_instruction(reply, spec.label_words)) is not None:
+                if (text := self.usable_rewrite(reply, spec)) is not None:
                     child = spec_candidate(spec.with_updates(instruction=text), "p2g")
                     if child.id not in self.tried:
                         self.tried.add(child.id)

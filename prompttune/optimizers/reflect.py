@@ -53,7 +53,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import checked_instruction, clean_instruction
+from prompttune.optimizers.proposer import clean_instruction
 from prompttune.optimizers.search_helpers import error_directions, rank_by_score, rotating_minibatch
 from prompttune.search_spaces.space import Candidate
 
@@ -351,7 +351,7 @@ class ReflectiveRace(Optimizer):
             + f"Rewrite the instruction following the feedback. The answer must stay one of: "
               f"{', '.join(words)}.\nImproved instruction:")
         self.written.add(clean_instruction(reply))
-        text = checked_instruction(reply, words)
+        text = self.usable_rewrite(reply, spec)
         return None if text is None else replace(genome, instruction=text)
 
     def _grammar(self, parent_key: str) -> Genome | None:

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prompttune.core.storage import write_atomic
+from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
 from prompttune.reports import ci_text
 
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
     from prompttune.engine.results import RunResult
     from prompttune.search_spaces.space import Candidate, SearchSpace
     from prompttune.tasks.base import Task
+
+
+TOKENS_PNG = "prompt_tokens.png"
+TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos, field names, cue and chat template) "
+                  "in the backend's tokens (its tokenizer's count, an upper bound where it has none); each request adds "
+                  "its input's own")
+REFUSALS = {"frozen": "dropped or changed a frozen text", "tokens": "over --max-prompt-tokens"}
 
 
 def describe_change(space: "SearchSpace", baseline: "Candidate", best: "Candidate") -> str:
@@ -76,6 +84,86 @@ def _servers_section(servers: dict[str, dict[str, int]]) -> list[str]:
     return ["## Servers", "", SERVERS_NOTE, "", *rows, ""]
 
 
+def scoring_line(scoring: str) -> str:
+    """Which scoring the verdict's figures come from, said in every report."""
+    return f"The verdict scored prompts by **{scored_by(scoring)}** (`--scoring {scoring}`)."
+
+
+GENERATION_NOTE = ("A model that generates freely may answer otherwise than its label scores say. Each prompt answered by "
+                   "greedy decoding, its label taken when the answer holds exactly one label word (else invalid, and "
+                   "wrong).")
+
+
+def generation_header(check: GenerationCheck) -> list[str]:
+    return ["prompt", "candidate", f"accuracy by {check.verdict_scored_by}", "valid responses (generation)",
+            "accuracy (generation)"]
+
+
+def generation_rows(check: GenerationCheck) -> list[list[str]]:
+    """Per prompt: role, candidate, accuracy under the verdict's scoring, valid responses and accuracy by generation."""
+    return [[p.role, p.candidate_id, f"{p.verdict_accuracy:.3f}", f"{p.valid_rate:.3f}", f"{p.accuracy:.3f}"]
+            for p in check.prompts]
+
+
+def answer_shown(text: str, limit: int = 80) -> str:
+    """A generated answer on one line, shortened, with no backtick to break a code span."""
+    return " ".join(text.replace("`", "'").split())[:limit]
+
+
+def generation_warning(check: GenerationCheck) -> str | None:
+    """A warning where a prompt the search picked answers worse than the baseline once it generates freely."""
+    base = next(p for p in check.prompts if p.role == "baseline")
+    worse = [p for p in check.prompts if p.role != "baseline" and p.accuracy < base.accuracy]
+    return "; ".join(f"under generation the {p.role} prompt is less accurate than the baseline ({p.accuracy:.3f} vs "
+                     f"{base.accuracy:.3f}, valid responses {p.valid_rate:.3f} vs {base.valid_rate:.3f})"
+                     for p in worse) or None
+
+
+def _generation_section(check: GenerationCheck | None) -> list[str]:
+    if check is None:
+        return []
+    head = [f"## Served by generation (`--check-generation`, first {check.n} test examples)", ""]
+    if check.skipped:
+        return [*head, f"Skipped: {check.skipped}.", ""]
+    header = generation_header(check)
+    warning = generation_warning(check)
+    return [*head,
+            f"The verdict scored by {check.verdict_scored_by}. {GENERATION_NOTE} Charged to a ledger of its own, never "
+            f"the search budget: {check.calls} calls, {check.tokens} tokens.", "",
+            "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *["| " + " | ".join(row) + " |" for row in generation_rows(check)], "",
+            *([f"**Warning: {warning}.**", ""] if warning else []),
+            *[f"- Answers of the {p.role} without a label: "
+              + "; ".join(f"`{answer_shown(text)}`" for text in p.invalid_answers) + "."
+              for p in check.prompts if p.invalid_answers], ""]
+
+
+def rejected_line(rejected: dict[str, int]) -> str:
+    """How many candidates the search driver refused, and why."""
+    if not rejected:
+        return "No candidate was rejected."
+    return (f"The search driver rejected {sum(rejected.values())} candidate(s) before scoring them (neither scored "
+            "nor charged): " + ", ".join(f"{count} {REFUSALS[why]}" for why, count in rejected.items()) + ".")
+
+
+def _tokens_section(result: "RunResult", space: "SearchSpace") -> list[str]:
+    tokens, ceiling = result.prompt_tokens, result.config.max_prompt_tokens
+    base, shipped = tokens["baseline"], tokens["shipped"]
+    plotted = (result.run_dir / TOKENS_PNG).is_file()
+    return ["## Prompt tokens", "",
+            f"Prompt tokens per request: baseline {base}, shipped {shipped} ({shipped - base:+d})"
+            + (f", dev winner {tokens['dev winner']}" if result.verdict.dev_winner.id != result.verdict.shipped.id
+               else "") + "."
+            + (f" Ceiling `--max-prompt-tokens {ceiling}`." if ceiling is not None else "")
+            + f" Each is {TOKENS_COUNTED}.", "",
+            *(["Frozen texts, kept verbatim by every candidate scored: "
+               + "; ".join(f"`{' '.join(text.split())}`" for text in space.frozen) + ".", ""] if space.frozen else []),
+            rejected_line(result.outcome.rejected), "",
+            *([f"![dev {result.config.objective} against prompt tokens per request]({TOKENS_PNG})", ""]
+              if plotted else []),
+            ]
+
+
 def _dev_paragraph(result: "RunResult", dev_alpha: float) -> str:
     v, o = result.verdict, result.outcome
     challenges = (f" Dev challenges: {o.challenges} in {o.sweeps} sweep(s), {o.challenge_accepts} accepted at a "
@@ -110,6 +198,8 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            "finishes the search, tests at the rest and replaces this report.**", ""] if o.interrupted else []),
         f"**{'Interim verdict' if o.interrupted else 'Verdict'}: {v.summary()}.**",
         "",
+        scoring_line(config.scoring),
+        "",
         f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "
         f"McNemar test of the top {v.top_k} dev candidate(s) against the baseline at α = {v.alpha:.3g}"
         f"{' (Holm over K)' if v.top_k > 1 else ''}"
@@ -125,11 +215,13 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         "",
         *(_tested_rows(result) if v.tested else ["The dev winner is the baseline: nothing to test."]),
         "",
+        *_generation_section(result.generation_check),
         "## Dev (selected on dev — optimistic by construction)",
         "",
         _dev_paragraph(result, config.dev_alpha),
         "",
         *([ "## Optimizer", "", *o.notes, ""] if o.notes else []),
+        *_tokens_section(result, space),
         "## Budget",
         "",
         f"Search: {ledger.calls} of {ledger.cap_calls} calls "
@@ -195,9 +287,30 @@ def print_summary(result: "RunResult", console: Console) -> None:
                       f"one-sided McNemar p={lead.comparison.p_one_sided:.4g}")
     console.print(f"budget used {result.search_ledger.calls}/{result.search_ledger.cap_calls} calls, "
                   f"{result.search_ledger.tokens} tokens")
+    console.print(f"verdict scored by {scored_by(result.config.scoring)} (--scoring {result.config.scoring})")
+    if (check := result.generation_check) is not None:
+        _print_generation(check, console)
+    tokens = result.prompt_tokens
+    console.print(f"prompt tokens per request: baseline {tokens['baseline']}, shipped {tokens['shipped']}"
+                  + (f" (ceiling {result.config.max_prompt_tokens})" if result.config.max_prompt_tokens else "")
+                  + (f"; {rejected_line(o.rejected)}" if o.rejected else ""))
     for url, *counts in server_rows(result.servers):
         console.print(f"server {url}: " + ", ".join(f"{n} {name}" for n, name in zip(counts, SERVER_COUNTS)))
     console.print(f"verdict: {v.summary()}")
     console.print(f"shipped: {'the baseline' if v.shipped.id == result.baseline.id else v.shipped.id} "
                   f"(best_prompt.json)")
     console.print(f"run directory: {result.run_dir}")
+
+
+def _print_generation(check: GenerationCheck, console: Console) -> None:
+    if check.skipped:
+        console.print(f"generation check skipped: {check.skipped}")
+        return
+    table = Table(title=f"served by generation: first {check.n} test examples")
+    for column in generation_header(check):
+        table.add_column(column)
+    for row in generation_rows(check):
+        table.add_row(*row)
+    console.print(table)
+    if warning := generation_warning(check):
+        console.print(f"warning: {warning}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from prompttune.search_spaces.frozen import keep_frozen
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.search_spaces.user_prompt import parse_user_prompt
@@ -92,16 +93,17 @@ def user_prompt_space(task: Task, prompt: UserPrompt) -> SearchSpace:
     """The space derived around the user's prompt: its instruction and two generic ones, name, separator and
     casing alternatives only where the prompt has the `Name: {}` layout, label-word variants (unless the prompt
     writes its labels out), few-shot k ∈ {0, 2, 4} from train, and the chat template on or off for a chat
-    prompt. Its baseline renders exactly the user's prompt."""
+    prompt. Its baseline renders exactly the user's prompt; its frozen texts are frozen in the space, and the generic
+    instructions carry those of the user's instruction."""
     first_words = tuple(v[0] for v in task.verbalizers)
     parsed = parse_user_prompt(prompt, task.input_fields, first_words)
     base = parsed.spec
     fields = [f for f, _ in base.input_templates]
     casings: list[Rename] = [str.upper, str.lower]
     input_renames = [_keep, *([_other("Text"), _other("Input")] if len(fields) == 1 else []), *casings]
+    generic = [keep_frozen(text, base.instruction, prompt.frozen) for text in _GENERIC_INSTRUCTIONS]
     dims = [
-        Dimension("instruction", tuple(dict.fromkeys([base.instruction, *_GENERIC_INSTRUCTIONS])), "instruction",
-                  kind="instruction"),
+        Dimension("instruction", tuple(dict.fromkeys([base.instruction, *generic])), "instruction", kind="instruction"),
         *_names_dimension("input_name", "input_templates", [t for _, t in base.input_templates], input_renames,
                           lambda templates: tuple(zip(fields, templates))),
     ]
@@ -117,4 +119,4 @@ def user_prompt_space(task: Task, prompt: UserPrompt) -> SearchSpace:
     if base.chat:
         dims.append(Dimension("chat", (True, False), "chat"))
     space = SearchSpace(f"{task.name}-your-prompt", base, dims, notes=parsed.notes)
-    return space.with_demos(_USER_PROMPT_DEMOS)
+    return space.with_demos(_USER_PROMPT_DEMOS).freezing(prompt.frozen, prompt.source)

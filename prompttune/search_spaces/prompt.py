@@ -117,5 +117,12 @@ def render(spec: PromptSpec, example: Example, demos: Sequence[Example]) -> Prom
     return Prompt(text=text, label_continuations=continuations)
 
 
+def fixed_part(spec: PromptSpec, demos: Sequence[Example]) -> Prompt:
+    """The prompt rendered around empty inputs: instruction, demos, field names, options and cue, the part every
+    request of this prompt carries whatever its input (what frozen texts and --max-prompt-tokens are checked on)."""
+    names = {name for name, _ in spec.input_templates + spec.passage_templates}
+    return render(spec, Example("", dict.fromkeys(names, ""), -1), demos)
+
+
 def select_demos(spec: PromptSpec, pool: Mapping[str, Example]) -> list[Example]:
     return [pool[i] for i in spec.demo_ids]

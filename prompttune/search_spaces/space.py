@@ -20,8 +20,9 @@ import numpy as np
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.search_spaces.constraints import Constraint, as_constraint, show_value
+from prompttune.search_spaces.frozen import missing_frozen
 from prompttune.search_spaces.groups import ENUMERATE_LIMIT, Group, SpaceSize, count_valid, split_groups
-from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.search_spaces.prompt import PromptSpec, select_demos
 
 Assignment = dict[str, int]
 Composer = Callable[[PromptSpec, Mapping[str, Any], Sequence[Example]], PromptSpec]
@@ -106,6 +107,7 @@ class SearchSpace:
     after the dimension values are applied; `demo_pool` is the train split the few-shot composer
     draws from (see `bind`). `notes` say how the space was built where a reader should know it
     (where its baseline came from, what was added to it): `space show` and the run report print them.
+    `frozen` texts are kept verbatim by every candidate the search scores (`freezing`).
     """
 
     name: str
@@ -117,6 +119,7 @@ class SearchSpace:
     demo_pool: tuple[Example, ...] = ()
     enumerate_limit: int = ENUMERATE_LIMIT
     notes: tuple[str, ...] = ()
+    frozen: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         names = [d.name for d in self.dimensions]
@@ -134,6 +137,18 @@ class SearchSpace:
     def bind(self, pool: Sequence[Example]) -> "SearchSpace":
         """The same space drawing few-shot demos from `pool` (the task's train split)."""
         return replace(self, demo_pool=tuple(pool))
+
+    def freezing(self, texts: Sequence[str], source: str) -> "SearchSpace":
+        """The space whose candidates must each keep `texts` verbatim (the search driver rejects one that does
+        not); a text its baseline lacks is refused here, before any model loads."""
+        if not texts:
+            return self
+        baseline = self.default_candidate().spec
+        demos = select_demos(baseline, {e.id: e for e in self.demo_pool})
+        if missing := missing_frozen(baseline, demos, texts):
+            raise UserError(f"{source}: frozen text {missing[0]!r} is not in the baseline prompt as rendered "
+                            f"(placeholders filled in, surrounding whitespace dropped); list exact text of the prompt")
+        return replace(self, frozen=tuple(dict.fromkeys([*self.frozen, *texts])))
 
     def dimension(self, name: str) -> Dimension:
         return self._by_name[name]

@@ -23,12 +23,14 @@ STRUCTURED_SUFFIXES = (".yaml", ".yml", ".json")
 @dataclass(frozen=True)
 class UserPrompt:
     """The user's template (`{field}` per input field, optional `{labels}`), the system message of a chat
-    prompt, and where it came from (named in every error and in the report)."""
+    prompt, where it came from (named in every error and in the report), and its frozen parts: texts no
+    candidate may change (a compliance rule, a required output format)."""
 
     template: str
     source: str
     chat: bool = False
     system: str | None = None
+    frozen: tuple[str, ...] = ()
 
 
 class PromptMessage(BaseModel):
@@ -45,6 +47,8 @@ class PromptSource(BaseModel):
                                                  "optional {labels}; the baseline of every run")
     messages: list[PromptMessage] | None = Field(None, description="your chat prompt: an optional system message, "
                                                                    "then one user message (a template)")
+    frozen: list[str] = Field(default_factory=list, description="exact texts of the prompt that every candidate "
+                                                                "keeps verbatim")
 
     @field_validator("messages")
     @classmethod
@@ -55,20 +59,31 @@ class PromptSource(BaseModel):
                              f"{', '.join(roles) or 'none'}")
         return value
 
+    @field_validator("frozen")
+    @classmethod
+    def _frozen_texts(cls, value: list[str]) -> list[str]:
+        if any(not text.strip() for text in value):
+            raise ValueError("a frozen text is empty; list exact texts of your prompt")
+        return value
+
     @model_validator(mode="after")
     def _not_both(self) -> "PromptSource":
         if self.prompt is not None and self.messages is not None:
             raise ValueError("give either prompt or messages, not both")
+        if self.frozen and self.prompt is None and self.messages is None:
+            raise ValueError("frozen lists texts of your prompt: give prompt or messages too")
         return self
 
     def user_prompt(self, source: str) -> UserPrompt | None:
         """The prompt given, if any; `source` names the file it came from."""
+        frozen = tuple(dict.fromkeys(self.frozen))
         if self.prompt is not None:
-            return UserPrompt(self.prompt, f"`prompt:` of {source}")
+            return UserPrompt(self.prompt, f"`prompt:` of {source}", frozen=frozen)
         if self.messages is None:
             return None
         system = next((m.content for m in self.messages if m.role == "system"), None)
-        return UserPrompt(self.messages[-1].content, f"`messages:` of {source}", chat=True, system=system)
+        return UserPrompt(self.messages[-1].content, f"`messages:` of {source}", chat=True, system=system,
+                          frozen=frozen)
 
 
 def read_prompt_file(path: str) -> UserPrompt:

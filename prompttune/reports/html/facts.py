@@ -4,11 +4,13 @@ that `prompttune report RUN_DIR` rebuilds the page from the directory alone."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
+from prompttune.evaluation.serving import scored_by
 
 if TYPE_CHECKING:
     from prompttune.engine.results import RunResult
@@ -16,7 +18,8 @@ if TYPE_CHECKING:
 
 FACTS = "verdict.json"
 OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",
-                  "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts")
+                  "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts",
+                  "rejected")
 
 
 def run_status(run_dir: Path) -> Literal["finished", "interrupted"] | None:
@@ -28,6 +31,13 @@ def run_status(run_dir: Path) -> Literal["finished", "interrupted"] | None:
     return "finished" if (run_dir / FACTS).is_file() else None
 
 
+def token_facts(result: "RunResult") -> dict:
+    """verdict.json's `prompt_tokens`: per request of the baseline, the shipped prompt and the dev winner, the
+    ceiling, and every candidate scored on dev with its dev objective (the report's plot)."""
+    return {"per_request": result.prompt_tokens, "max_prompt_tokens": result.config.max_prompt_tokens,
+            "scored": [asdict(point) for point in result.outcome.scored]}
+
+
 def write_run_facts(result: "RunResult", task: "Task") -> None:
     """verdict.json (decision, test figures, dev summary, ledgers) and test_records.jsonl (each
     test example with the prediction of the baseline and of every candidate tested on test)."""
@@ -35,13 +45,17 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
     facts = {
         "task": task.name, "labels": task.labels,
         "splits": {name: len(split) for name, split in task.splits.items()},
-        "verdict": {"summary": v.summary(), "interim": o.interrupted, "alpha": v.alpha, "top_k": v.top_k,
+        "verdict": {"summary": v.summary(), "scored_by": scored_by(result.config.scoring), "interim": o.interrupted,
+                    "alpha": v.alpha, "top_k": v.top_k,
                     "test_split_verdicts": result.test_looks, "baseline": v.baseline.id,
                     "dev_winner": v.dev_winner.id, "shipped": v.shipped.id,
                     "baseline_only": v.baseline_only.to_dict(),
                     "tested": [{"candidate_id": t.candidate.id, "confirmation": t.confirmation.to_dict(),
                                 "p_adjusted": t.p_adjusted, "confirmed": bool(t.confirmed)} for t in v.tested]},
         "search": {name: getattr(o, name) for name in OUTCOME_FIELDS},
+        "generation_check": result.generation_check.to_dict() if result.generation_check else None,
+        "prompt_tokens": token_facts(result),
+        "frozen": list(result.space.frozen),
         "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
         "wall_seconds": result.wall_seconds,
         "servers": result.servers,

@@ -16,6 +16,7 @@ from prompttune.comparing.summary import t_interval
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
 from prompttune.core.storage import read_json
+from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.objectives.stats import wilson_ci
 from prompttune.reports import ci_text
 from prompttune.reports.html.facts import FACTS, run_status
@@ -31,7 +32,19 @@ from prompttune.reports.html.page import (
     section,
     table,
 )
-from prompttune.reports.optimize_report import SERVER_COUNTS, SERVERS_NOTE, server_rows
+from prompttune.reports.html.tokens import marked_prompts, tokens_figure
+from prompttune.reports.optimize_report import (
+    GENERATION_NOTE,
+    SERVER_COUNTS,
+    SERVERS_NOTE,
+    TOKENS_COUNTED,
+    answer_shown,
+    generation_header,
+    generation_rows,
+    generation_warning,
+    rejected_line,
+    server_rows,
+)
 
 MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing
 DISCORDANT_SHOWN = 6
@@ -281,7 +294,7 @@ def _budget_section(facts: dict, config: dict) -> Html:
                      if servers else []))
 
 
-def _verdict_section(facts: dict) -> Html:
+def _verdict_section(facts: dict, scoring: str) -> Html:
     v, s = facts["verdict"], facts["search"]
     base = v["baseline_only"]
     rows = [[rank, t["candidate_id"], f"{t['confirmation']['best_accuracy']:.3f}", ci_text(t["confirmation"]["best_ci"]),
@@ -299,9 +312,51 @@ def _verdict_section(facts: dict) -> Html:
              f"{esc(v['summary'][0].upper() + v['summary'][1:])}.</div>"),
         para(f"Baseline test accuracy {base['baseline_accuracy']:.3f} {ci_text(base['baseline_ci'])} (Wilson 95%) on "
              f"{base['n']} held-out test examples the optimizer never saw. {dev}"),
+        para(f"The verdict scored prompts by {scored_by(scoring)} (--scoring {scoring})."),
         table(["dev rank", "candidate", "test accuracy", "95% CI (Wilson)", "gain [paired bootstrap 95% CI]",
                "b / c", "one-sided McNemar p", "Holm p", "confirmed"], rows, (0, 2, 6, 7))
         if rows else para("The dev winner is the baseline: nothing was tested."))
+
+
+def _generation_section(facts: dict) -> list[Html]:
+    """--check-generation: the prompts served by generation beside the verdict's figures (absent when off)."""
+    if not facts.get("generation_check"):
+        return []
+    check = GenerationCheck.from_dict(facts["generation_check"])
+    title = f"Served by generation: first {check.n} test examples"
+    if check.skipped:
+        return [section(title, para(f"Skipped: {check.skipped}.", "note"))]
+    warning = generation_warning(check)
+    invalid = [[p.role, "; ".join(answer_shown(text) for text in p.invalid_answers)]
+               for p in check.prompts if p.invalid_answers]
+    return [section(title,
+                    para(f"The verdict scored by {check.verdict_scored_by}. {GENERATION_NOTE} Not charged to the search "
+                         f"budget: {check.calls} calls, {check.tokens} tokens."),
+                    table(generation_header(check), generation_rows(check), (2, 3, 4)),
+                    *([Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>')] if warning else []),
+                    *([Html("<h3>Answers without a label</h3>"), table(["prompt", "answers"], invalid)]
+                      if invalid else []))]
+
+
+def _tokens_section(facts: dict, config: dict) -> list[Html]:
+    """Prompt tokens per request of the baseline and the shipped prompt, the limits, and the tokens-against-score
+    plot (absent in runs written before it was recorded)."""
+    tokens = facts.get("prompt_tokens")
+    if tokens is None:
+        return []
+    v = facts["verdict"]
+    fig = tokens_figure(tokens, marked_prompts(v["baseline"], v["dev_winner"], v["shipped"]), config["objective"])
+    ceiling = tokens["max_prompt_tokens"]
+    frozen = facts.get("frozen") or []
+    return [section("Prompt tokens",
+                    para(f"Prompt tokens per request: {TOKENS_COUNTED}."
+                         + (f" Ceiling --max-prompt-tokens {ceiling}." if ceiling is not None else "")),
+                    table(["prompt", "tokens per request"], list(tokens["per_request"].items()), (1,)),
+                    *([para("Frozen texts, kept verbatim by every candidate scored:"),
+                       table(["frozen text"], [[text] for text in frozen])] if frozen else []),
+                    para(rejected_line(facts["search"].get("rejected", {}))),
+                    figure_img(fig, "dev score against prompt tokens per request") if fig is not None else
+                    para("The search scored no candidate on dev through prompttune's driver: nothing to plot.", "note"))]
 
 
 def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
@@ -325,14 +380,15 @@ def optimize_page(run_dir: Path) -> str:
     v, labels = facts["verdict"], facts["labels"]
     best_id = v["shipped"] if v["shipped"] != v["baseline"] else v["dev_winner"]
     best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
-    parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts),
-             _anytime_section(trials, facts, config["budget"]), _dimension_section(trials, v["baseline"])]
+    parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts, config["scoring"]),
+             *_generation_section(facts), _anytime_section(trials, facts, config["budget"]),
+             _dimension_section(trials, v["baseline"])]
     if best_id != v["baseline"]:
         parts += [_test_section(records, labels, {"baseline": v["baseline"], best_name: best_id}),
                   _discordant_section(records, labels, v["baseline"], best_id, best_name)]
     else:
         parts.append(_test_section(records, labels, {"baseline": v["baseline"]}))
-    parts += [_prompt_section(run_dir, facts, best_file), _budget_section(facts, config),
+    parts += [_prompt_section(run_dir, facts, best_file), *_tokens_section(facts, config), _budget_section(facts, config),
               para(f"Generated from {run_dir.name}/ (config.json, trials.jsonl, verdict.json, test_records.jsonl, "
                    "the prompt files); the same numbers in words: report.md.", "note")]
     splits = facts["splits"]
