@@ -9,7 +9,6 @@ import pytest
 
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.errors import UserError
-from prompttune.core.types import ScoreRequest, ScoreResult
 from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.tasks import SplitSizes, load_task
 from tests.support import CountingBackend
@@ -39,20 +38,6 @@ def _task_file(tmp_path: Path) -> Path:
     return path
 
 
-class ProbingOracle(CountingBackend):
-    """The oracle, answering content-free probes (which name no example) with a flat distribution."""
-
-    def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        self.calls += len(requests)
-        results = []
-        for r in requests:
-            try:
-                results += self.inner.score([r])
-            except ValueError:
-                results.append(ScoreResult((-1.0,) * len(r.continuations), 3, len(r.continuations)))
-        return results
-
-
 def _oracle(config: EvaluateConfig) -> CountingBackend:
     task = load_task(config.task, config.data_dir, SplitSizes(config.train_size, config.dev_size, config.test_size),
                      config.seed)
@@ -61,8 +46,8 @@ def _oracle(config: EvaluateConfig) -> CountingBackend:
     def accuracy_of(text: str) -> float:
         return next((a for key, a in ACCURACY.items() if text.endswith(key)), 0.34)
 
-    return ProbingOracle(SyntheticOracleBackend(examples, accuracy_of,
-                                               proposals=lambda text: f" {len(text) % 7} red"))
+    # The oracle answers content-free probes (they name no example) with a flat distribution.
+    return CountingBackend(SyntheticOracleBackend(examples, accuracy_of, proposals=lambda text: f" {len(text) % 7} red"))
 
 
 def _config(tmp_path: Path, **changes) -> EvaluateConfig:
