@@ -39,7 +39,14 @@ from pydantic import Field
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import clean_instruction
-from prompttune.optimizers.search_helpers import Direction, error_directions, rotating_minibatch
+from prompttune.optimizers.search_helpers import (
+    Direction,
+    critique_request,
+    edit_request,
+    error_directions,
+    rotating_minibatch,
+    shown_instruction,
+)
 from prompttune.search_spaces.space import Candidate
 
 
@@ -86,20 +93,11 @@ class SplitErrorCritique(IncumbentSearch):
         return [errors[int(i)] for i in np.sort(picks)]
 
     def _critique(self, direction: Direction) -> str:
-        words = self.incumbent.spec.label_words
-        c, other = words[direction.label], words[direction.other] if direction.other >= 0 else "no label"
         shown = "\n".join(f"- {self.example_text(r.example_id)}" for r in self._pick(direction.errors))
-        if direction.kind == "fp":
-            ask = (f"The instruction labels these texts as '{c}', but they are really '{other}':\n{shown}\n"
-                   f"In one sentence, say how to make the instruction stricter about '{c}'.")
-        else:
-            ask = (f"The instruction fails to label these '{c}' texts as '{c}' (it says '{other}'):\n{shown}\n"
-                   f"In one sentence, say how to make the instruction more inclusive for '{c}'.")
-        return self.proposer(f"Instruction: {self._instruction()}\n{ask}")
+        return self.proposer(critique_request(direction, self.incumbent.spec.label_words, shown, self._instruction()))
 
     def _instruction(self) -> str:
-        spec = self.incumbent.spec
-        return spec.instruction.replace("{labels}", ", ".join(spec.label_words)) or "(none)"
+        return shown_instruction(self.incumbent.spec.instruction, self.incumbent.spec.label_words)
 
     def _expand(self) -> list[Candidate]:
         """Critique each error direction separately, then write edited instructions for it."""
@@ -112,11 +110,7 @@ class SplitErrorCritique(IncumbentSearch):
             self.critiques.append(f"{direction.kind.upper()} {spec.label_words[direction.label]}: {feedback}")
             written: list[str] = []  # listed in the next edit call: greedy decoding repeats itself
             for _ in range(self.options.edits):
-                reply = self.proposer(
-                    f"Instruction: {self._instruction()}\nFeedback: {feedback}\n"
-                    + "".join(f"Already proposed (write a different one): {w}\n" for w in written)
-                    + f"Rewrite the instruction following the feedback. The answer must stay one of: "
-                    f"{', '.join(spec.label_words)}.\nImproved instruction:")
+                reply = self.proposer(edit_request(self._instruction(), feedback, written, spec.label_words))
                 written.append(clean_instruction(reply))
                 if (text := self.usable_rewrite(reply, spec)) is not None:
                     child = spec_candidate(spec.with_updates(instruction=text), "p2g")

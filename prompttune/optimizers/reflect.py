@@ -54,7 +54,14 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import clean_instruction
-from prompttune.optimizers.search_helpers import error_directions, rank_by_score, rotating_minibatch
+from prompttune.optimizers.search_helpers import (
+    critique_request,
+    edit_request,
+    error_directions,
+    rank_by_score,
+    rotating_minibatch,
+    shown_instruction,
+)
 from prompttune.search_spaces.space import Candidate
 
 MARGIN_CLIP = 10.0  # nats: one confidently wrong example may not outweigh many others
@@ -331,25 +338,13 @@ class ReflectiveRace(Optimizer):
             return None
         direction = directions[int(self.rng.integers(min(2, len(directions))))]
         spec, words = parent.spec, parent.spec.label_words
-        c = words[direction.label]
-        other = words[direction.other] if direction.other >= 0 else "no label"
         shown = "\n".join(f"- {self.example_text(r.example_id)} (the model preferred "
                           f"'{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats)"
                           for r in direction.errors[: self.options.shown_errors])
-        instruction = spec.instruction.replace("{labels}", ", ".join(words)) or "(none)"
-        if direction.kind == "fp":
-            ask = (f"The instruction labels these texts as '{c}', but they are really '{other}':\n{shown}\n"
-                   f"In one sentence, say how to make the instruction stricter about '{c}'.")
-        else:
-            ask = (f"The instruction fails to label these '{c}' texts as '{c}' (it says '{other}'):\n{shown}\n"
-                   f"In one sentence, say how to make the instruction more inclusive for '{c}'.")
-        feedback = " ".join(self.proposer(f"Instruction: {instruction}\n{ask}").split())
-        self.critiques.append(f"{direction.kind.upper()} {c}: {feedback}")
-        reply = self.proposer(
-            f"Instruction: {instruction}\nFeedback: {feedback}\n"
-            + "".join(f"Already proposed (write a different one): {w}\n" for w in sorted(self.written)[-3:])
-            + f"Rewrite the instruction following the feedback. The answer must stay one of: "
-              f"{', '.join(words)}.\nImproved instruction:")
+        instruction = shown_instruction(spec.instruction, words)
+        feedback = " ".join(self.proposer(critique_request(direction, words, shown, instruction)).split())
+        self.critiques.append(f"{direction.kind.upper()} {words[direction.label]}: {feedback}")
+        reply = self.proposer(edit_request(instruction, feedback, sorted(self.written)[-3:], words))
         self.written.add(clean_instruction(reply))
         text = self.usable_rewrite(reply, spec)
         return None if text is None else replace(genome, instruction=text)

@@ -85,3 +85,31 @@ def error_directions(records: list[Record], n_classes: int, min_errors: int) -> 
                 other = Counter(other_of(r) for r in errors).most_common(1)[0][0]
                 directions.append(Direction(kind, c, -1 if other is None else other, tuple(errors)))
     return sorted(directions, key=lambda d: -len(d.errors))
+
+
+def shown_instruction(spec_instruction: str, label_words: Sequence[str]) -> str:
+    """The instruction as a critic reads it: label words written out, "(none)" when empty."""
+    return spec_instruction.replace("{labels}", ", ".join(label_words)) or "(none)"
+
+
+def critique_request(direction: Direction, label_words: Sequence[str], shown: str, instruction: str) -> str:
+    """What the critic is asked about one error direction, never pooled (P2G): false positives of a
+    class make the instruction stricter about it, false negatives more inclusive."""
+    c = label_words[direction.label]
+    other = label_words[direction.other] if direction.other >= 0 else "no label"
+    if direction.kind == "fp":
+        ask = (f"The instruction labels these texts as '{c}', but they are really '{other}':\n{shown}\n"
+               f"In one sentence, say how to make the instruction stricter about '{c}'.")
+    else:
+        ask = (f"The instruction fails to label these '{c}' texts as '{c}' (it says '{other}'):\n{shown}\n"
+               f"In one sentence, say how to make the instruction more inclusive for '{c}'.")
+    return f"Instruction: {instruction}\n{ask}"
+
+
+def edit_request(instruction: str, feedback: str, written: Sequence[str], label_words: Sequence[str]) -> str:
+    """The edit call after a critique; the rewrites already written are listed, because greedy
+    decoding would repeat itself."""
+    return (f"Instruction: {instruction}\nFeedback: {feedback}\n"
+            + "".join(f"Already proposed (write a different one): {w}\n" for w in written)
+            + f"Rewrite the instruction following the feedback. The answer must stay one of: "
+            f"{', '.join(label_words)}.\nImproved instruction:")
