@@ -20,6 +20,14 @@ def test_help_options_lists_every_option_with_its_default(capsys) -> None:
         assert line in out
 
 
+def test_help_options_names_the_allowed_values_and_covers_the_dspy_arms(capsys) -> None:
+    assert main(["optimize", "--optimizer", "reflect", "--help-options"]) == 0
+    assert "race_score (one of margin, objective, default 'margin')" in capsys.readouterr().out
+    pytest.importorskip("dspy")
+    assert main(["optimize", "--optimizer", "dspy-gepa", "--help-options"]) == 0
+    assert "reflection_minibatch_size (int, default 3)" in capsys.readouterr().out
+
+
 def _optimize(tmp_path: Path) -> int:
     return main(["optimize", "--task", str(colours_task_file(tmp_path)), "--budget", "300", "--train-size", "60",
                  "--dev-size", "60", "--test-size", "60", "--runs-dir", str(tmp_path / "runs")])

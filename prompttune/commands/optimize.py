@@ -11,6 +11,7 @@ from prompttune.commands.common import add_run_arguments, parse_option
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.interrupt import resumable_outage
+from prompttune.dspy_bridge import DSPY_ARMS, require_dspy
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 
@@ -45,8 +46,14 @@ def _optimize(args: argparse.Namespace) -> int:
               f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
         return 0
     if args.help_options:
+        if args.optimizer in DSPY_ARMS:
+            require_dspy(f"--optimizer {args.optimizer}")
+            from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
+            options = DSPY_OPTIMIZERS[args.optimizer].Options
+        else:
+            options = get_optimizer(args.optimizer).Options
         print(f"options of {args.optimizer} (--option KEY=VALUE):")
-        print("\n".join(f"  {line}" for line in describe_options(get_optimizer(args.optimizer).Options)))
+        print("\n".join(f"  {line}" for line in describe_options(options)))
         return 0
     config = RunConfig(
         task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, optimizer=args.optimizer,

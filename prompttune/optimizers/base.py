@@ -23,7 +23,7 @@ import json
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -115,7 +115,9 @@ def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
     """One line per option: name, type, default, what it does (for --help-options)."""
     lines = []
     for key, info in options_model.model_fields.items():
-        kind = getattr(info.annotation, "__name__", str(info.annotation))
+        allowed = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
+        kind = (f"one of {', '.join(map(str, allowed))}" if allowed
+                else getattr(info.annotation, "__name__", str(info.annotation)))
         lines.append(f"{key} ({kind}, default {info.default!r}): {info.description or ''}".rstrip(": "))
     return lines or ["(no options)"]
 
