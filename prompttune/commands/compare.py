@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from prompttune.backends.factory import backend_options
-from prompttune.commands.common import add_run_arguments, option_value
+from prompttune.commands.common import add_run_arguments, add_search_arguments, option_value
 from prompttune.comparing.coverage import MODES
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.optimizers import OPTIMIZERS
 
 
 def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
@@ -42,7 +43,8 @@ def _compare(args: argparse.Namespace) -> int:
             raise UserError("--optimizers names no optimizer")
         config = RunConfig(
             task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, budget=args.budget,
-            budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
+            budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
+            proposer_model=args.proposer_model, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
             train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
             runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
         result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)),
@@ -66,15 +68,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                   "and splits; compare their held-out results")
     add_run_arguments(compare)
     compare.add_argument("--optimizers", default="random,sh",
-                         help=f"comma-separated: prompttune optimizers and {', '.join(DSPY_ARMS)}")
+                         help=f"comma-separated, of {', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
     compare.add_argument("--seeds", type=int, default=5, help="optimizer seeds per arm: --seed, --seed+1, … "
-                         "(default 5: the paired tests across seeds need a few)")
+                         "(the paired tests across seeds need a few)")
     compare.add_argument("--mode", choices=list(MODES), default="same-space",
-                         help="same-space (default): an optimizer comparison, every arm searches only what the "
+                         help="same-space: an optimizer comparison, every arm searches only what the "
                          "space declares and holds the rest at the baseline; native: a tool comparison, each "
                          "tool also adds what it brings itself (demos, its own instructions)")
-    compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
-    compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
+    add_search_arguments(compare)
     compare.add_argument("--match", choices=["calls", "tokens"], default="calls",
                          help="what every arm is matched on and the checks compare: search calls (--budget), or "
                               "search tokens (--budget-tokens, required; --budget is then what optimizers plan "
@@ -83,10 +84,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.auto=medium (repeatable)")
     compare.add_argument("--native-demos", type=int, default=0, metavar="K",
                          help="native mode: add few-shot k in {0, 2, ..., K} to a space that declares no demos, so "
-                              "every prompttune arm can try demos as DSPy's do (default 0: none)")
+                              "every prompttune arm can try demos as DSPy's do (0: none)")
     compare.add_argument("--jobs", type=int, default=1, metavar="N",
                          help="arm-seeds run at once, in worker processes with a model each (with --backend openai "
-                              "they share the servers); results equal --jobs 1 (default 1)")
+                              "they share the servers); results equal --jobs 1")
     compare.add_argument("--allow-underspend", action="store_true",
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "
