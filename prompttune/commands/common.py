@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 import yaml
 
 from prompttune.backends.factory import add_backend_arguments
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives import OBJECTIVES
 
 RUN_DEFAULTS = RunConfig()
@@ -77,6 +80,27 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object of the results on stdout, "
                                                             "nothing else (progress stays on stderr)")
+
+
+def print_json(payload: dict[str, Any]) -> None:
+    """The one object `--json` promises on stdout, for scripts: strict JSON (a NaN becomes null)."""
+    print(json.dumps(_no_nan(payload), ensure_ascii=False))
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {key: _no_nan(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(item) for item in value]
+    return value
+
+
+def spend_json(ledger: BudgetLedger) -> dict[str, Any]:
+    """What a search spent against its caps."""
+    return {"calls": ledger.calls, "tokens": ledger.tokens, "cap_calls": ledger.cap_calls,
+            "cap_tokens": ledger.cap_tokens}
 
 
 def parse_option(text: str) -> tuple[str, object]:

@@ -7,12 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from prompttune.backends.factory import backend_options
-from prompttune.commands.common import add_run_arguments, add_search_arguments, option_value
+from prompttune.commands.common import (
+    add_json_argument,
+    add_run_arguments,
+    add_search_arguments,
+    option_value,
+    print_json,
+    spend_json,
+)
 from prompttune.comparing.coverage import MODES
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS
-from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.engine.comparison import Comparison, resume_compare, run_compare
 from prompttune.optimizers import OPTIMIZERS
 
 
@@ -26,6 +33,23 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
             raise UserError(f"--option expects OPTIMIZER.KEY=VALUE (e.g. sh.eta=3), got {text!r}")
         options.setdefault(arm, {})[name.strip()] = option_value(text, value)
     return options
+
+
+def comparison_json(result: Comparison) -> dict[str, Any]:
+    """`compare --json`: per arm its guarded (what ships after the verdict) and raw (its dev pick) mean test
+    accuracies and spend, the matched cap and every fairness check."""
+    cap = result.caps[0]
+    return {"run_dir": str(result.run_dir), "mode": result.mode, "seeds": result.seeds, "alpha": result.config.alpha,
+            "cap": {"unit": cap.unit, "limit": cap.limit},
+            "arms": [{"arm": s.arm, "guarded_test_accuracy": s.guarded.accuracy, "guarded_gain": s.guarded.gain,
+                      "raw_test_accuracy": s.raw.accuracy, "raw_gain": s.raw.gain,
+                      "runs": [{"seed": r.seed, "run_dir": str(r.run_dir),
+                                "baseline_test_accuracy": r.confirmation.baseline_accuracy,
+                                "shipped_test_accuracy": r.confirmation.best_accuracy,
+                                "p_value": r.raw_confirmation.comparison.p_one_sided,
+                                "spend": spend_json(r.search)} for r in s.runs]}
+                     for s in result.summaries],
+            "checks": [{"claim": c.claim, "status": c.status, "detail": c.detail} for c in result.checks]}
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -52,6 +76,9 @@ def _compare(args: argparse.Namespace) -> int:
                              allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
                              progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
+    if args.json:
+        print_json(comparison_json(result))
+        return 1 if failed else 0
     if failed:
         print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
         return 1
@@ -95,4 +122,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--add-optimizers", metavar="NAMES", help="with --resume: run these optimizers too, on the "
                          "comparison's seeds, data draws and cap, and report all arms (finished comparisons too; "
                          "--option may set the added arms' options)")
+    add_json_argument(compare)
     compare.set_defaults(handler=_compare)

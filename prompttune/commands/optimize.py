@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
     RUN_DEFAULTS,
+    add_json_argument,
     add_run_arguments,
     add_search_arguments,
     parse_option,
+    print_json,
+    spend_json,
 )
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
@@ -42,10 +45,23 @@ def _point_latest(run_dir: Path) -> None:
     staged.replace(latest)
 
 
+def run_json(result: RunResult) -> dict[str, Any]:
+    """`optimize --json`: the verdict, the test accuracies it rests on, the spend and where the run is."""
+    verdict, leader = result.verdict, result.verdict.leader_confirmation
+    return {"run_dir": str(result.run_dir), "optimizer": result.config.optimizer, "verdict": verdict.summary(),
+            "confirmed": verdict.confirmed is not None, "alpha": verdict.alpha, "test_size": leader.n,
+            "baseline_test_accuracy": leader.baseline_accuracy, "dev_winner_test_accuracy": leader.best_accuracy,
+            "shipped_test_accuracy": result.confirmation.best_accuracy, "p_value": leader.comparison.p_one_sided,
+            "spend": spend_json(result.search_ledger), "verdict_calls": result.confirm_ledger.calls}
+
+
 def _optimize(args: argparse.Namespace) -> int:
     if args.resume:
         result = _with_resume_hint(lambda: resume_study(Path(args.resume), progress=True, handle_signals=True))
         _point_latest(result.run_dir)
+        if args.json:
+            print_json(run_json(result))
+            return 0
         print(f"resumed {args.resume}: {result.verdict.summary()}; budget used {result.search_ledger.calls}/"
               f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
         return 0
@@ -70,6 +86,9 @@ def _optimize(args: argparse.Namespace) -> int:
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
     _point_latest(result.run_dir)
+    if args.json:
+        print_json(run_json(result))
+        return 0
     leader = result.verdict.leader_confirmation
     print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
           f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
@@ -98,4 +117,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                           "decoding, label extraction) on the first N test examples, outside the budget (0: off)")
     opt.add_argument("--max-prompt-tokens", type=int, metavar="N",
                      help="reject every candidate whose prompt around an empty input (demos included) passes N tokens")
+    add_json_argument(opt)
     opt.set_defaults(handler=_optimize)
