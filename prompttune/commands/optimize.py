@@ -17,9 +17,10 @@ from prompttune.commands.common import (
     spend_json,
 )
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import BackendUnavailable
+from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import resumable_outage
 from prompttune.dspy_bridge import DSPY_ARMS, require_dspy
+from prompttune.engine.plan import plan_run
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.optimizers import OPTIMIZERS, get_optimizer
@@ -56,6 +57,8 @@ def run_json(result: RunResult) -> dict[str, Any]:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    if args.resume and args.dry_run:
+        raise UserError("--dry-run plans a new run; a --resume finishes one with its own settings")
     if args.resume:
         result = _with_resume_hint(lambda: resume_study(Path(args.resume), progress=True, handle_signals=True))
         _point_latest(result.run_dir)
@@ -84,6 +87,9 @@ def _optimize(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens, proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+    if args.dry_run:
+        print("\n".join(plan_run(config).lines()))
+        return 0
     result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
     _point_latest(result.run_dir)
     if args.json:
@@ -118,4 +124,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     opt.add_argument("--max-prompt-tokens", type=int, metavar="N",
                      help="reject every candidate whose prompt around an empty input (demos included) passes N tokens")
     add_json_argument(opt)
+    opt.add_argument("--dry-run", action="store_true",
+                     help="print the plan (schedule, call and token bounds, a wall-time estimate from a short "
+                          "probe of the model) and exit before any search call")
     opt.set_defaults(handler=_optimize)
