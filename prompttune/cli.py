@@ -37,8 +37,8 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if (action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings
-                or "default" in text):
+        unset = action.default is None or action.default is argparse.SUPPRESS or action.default == []
+        if unset or isinstance(action.default, bool) or not action.option_strings or "default" in text:
             return action.help
         return f"{text} (default: %(default)s)".lstrip()
 
