@@ -16,10 +16,11 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Any, NoReturn, Sequence
 
 from pydantic import ValidationError
 
+from prompttune import __version__
 from prompttune.commands import compare, evaluate, export, optimize, report, space
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.engine.setup import RUN_DIR
@@ -30,9 +31,26 @@ EXIT_UNAVAILABLE = 75  # sysexits' EX_TEMPFAIL: no server answered; try again la
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C
 
 
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, so `--help` alone says what a bare run does;
+    a help that already explains its default is left as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        unset = action.default is None or action.default is argparse.SUPPRESS or action.default == []
+        if unset or isinstance(action.default, bool) or not action.option_strings or "default" in text:
+            return action.help
+        return f"{text} (default: %(default)s)".lstrip()
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse answers a bad argument with its whole usage (17 lines for `optimize`); one line
-    naming the problem, like every other bad input, is easier to act on."""
+    naming the problem, like every other bad input, is easier to act on. Sub-command parsers are
+    of this class too, so every help shows the defaults (`DefaultsHelpFormatter`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (`{self.prog} --help` lists the options)")
@@ -44,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for command in (optimize, evaluate, space, compare, export, report):
         command.add_parser(commands)
+    for command_parser in (parser, *commands.choices.values()):  # `optimize --version` works as the alias is typed
+        command_parser.add_argument("--version", action="version", version=f"prompttune {__version__}")
     return parser
 
 

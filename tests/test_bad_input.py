@@ -111,8 +111,8 @@ CASES = [
     Case("space negative demos", space("space_negative_k.yaml"), "k must be 0 or more"),
     Case("space show: unknown placeholder", ["space", "show", "{files}/space_onyl.yaml", *COLOURS], "placeholder {onyl}"),
     Case("space show: no task", ["space", "show", "{files}/space_typo_free.yaml"], "pass --task"),
-    Case("space sample: no candidates", ["space", "sample", "{files}/space_typo_free.yaml", "-n", "0", *COLOURS],
-         "-n 0"),
+    Case("space sample: no candidates", ["space", "sample", "{files}/space_typo_free.yaml", "--sample", "0", *COLOURS],
+         "--sample 0"),
     Case("space show: neither a file nor a task", ["space", "show"], "give a space FILE or --task"),
     # -- the user's prompt (--prompt, or prompt:/messages: in the task file) ------------------------
     Case("prompt file missing", optimize("--prompt", "nosuch.txt"), "--prompt nosuch.txt: file not found"),

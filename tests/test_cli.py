@@ -3,12 +3,16 @@ the log holding the traceback (bad input itself is the table in test_bad_input.p
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+import prompttune
 from prompttune.cli import main
-from prompttune.engine import strategies, study
+from prompttune.dspy_bridge import DSPY_ARMS
+from prompttune.engine import comparison, strategies, study
+from prompttune.optimizers import OPTIMIZERS
 from tests.support import colours_task_file, oracle_for
 
 
@@ -69,3 +73,32 @@ def test_a_crash_before_any_run_directory_leaves_its_traceback_in_a_temp_file(ca
         assert "Traceback" in log.read_text() and "in crash" in log.read_text()
     finally:
         log.unlink()
+
+
+def test_version_answers_on_the_command_and_its_aliases(capsys) -> None:
+    for argv in (["--version"], ["optimize", "--version"], ["compare", "--version"], ["evaluate", "--version"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0 and capsys.readouterr().out == f"prompttune {prompttune.__version__}\n"
+
+
+def test_optimize_help_shows_every_default_and_the_optimizer_names(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["optimize", "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # unwrapped
+    for shown in ("default: 2000", "default: agnews", "draw (default: 0)", "default: 1000", "default: 300", "default: 8",
+                  "default: 60.0", "default: 4", "default: auto", "default: sh", "default: 0.05"):
+        assert shown in out
+    assert all(name in out for name in (*OPTIMIZERS, *DSPY_ARMS))
+
+
+def test_compare_alpha_reaches_every_arms_verdict(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(comparison, "build_backend", oracle_for)
+    assert main(["compare", "--task", str(colours_task_file(tmp_path)), "--optimizers", "random,sh", "--seeds", "1",
+                 "--budget", "300", "--train-size", "60", "--dev-size", "60", "--test-size", "90", "--alpha", "0.01",
+                 "--runs-dir", str(tmp_path / "runs")]) == 0
+    arms = sorted((tmp_path / "runs").glob("*/arms/*/arm.json"))
+    assert len(arms) == 2
+    for arm in arms:
+        assert json.loads((arm.parent / "config.json").read_text())["alpha"] == 0.01
+        assert "α = 0.01" in arm.read_text()  # the verdict itself was taken at that level

@@ -143,7 +143,7 @@ def test_space_show_prints_dimensions_size_and_rules(tmp_path: Path, capsys) -> 
 
 def test_space_sample_renders_real_examples_with_train_demos(tmp_path: Path, capsys) -> None:
     task = _write_custom_task(tmp_path)
-    assert _space_command("space", "sample", str(tmp_path / "space.yaml"), "--task", str(task), "-n", "4",
+    assert _space_command("space", "sample", str(tmp_path / "space.yaml"), "--task", str(task), "--sample", "4",
                           "--seed", "3", "--train-size", "20", "--dev-size", "10", "--test-size", "10") == 0
     out = capsys.readouterr().out
     assert out.count("=== sample ") == 4 and "review number" in out and "scored continuations" in out

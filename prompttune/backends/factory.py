@@ -29,7 +29,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", default="embedded:smollm2-135m-instruct",
                        help="HF id, local directory or .gguf file (default: the embedded SmolLM2-135M); "
                             "with --backend openai, the served model name")
-    group.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
+    group.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default=DEFAULTS.dtype,
+                       help="weights' precision (transformers): auto is bf16 where the hardware runs it "
+                            "natively, else fp32 (fp16 on a GPU without bf16)")
     group.add_argument("--device", default="cpu", help="cpu or cuda[:N] (transformers backend)")
     group.add_argument("--batch-size", type=int, default=32, help="rows per forward pass (transformers)")
     group.add_argument("--base-url", action="append", default=[], metavar="URL",

@@ -3,25 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 import yaml
 
 from prompttune.backends.factory import add_backend_arguments
+from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.objectives import OBJECTIVES
+
+RUN_DEFAULTS = RunConfig()
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that loads a task and a model."""
-    parser.add_argument("--task", default="agnews", help="agnews, sst2, or a task YAML file")
+    # --task keeps a default (the README's first command runs without one); the help says which.
+    parser.add_argument("--task", default=RUN_DEFAULTS.task, help="agnews, sst2, or a task YAML file")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
     parser.add_argument("--space", help="search-space YAML file (default: the task's built-in space)")
     add_prompt_argument(parser)
     add_seed_arguments(parser)
     add_backend_arguments(parser)
-    parser.add_argument("--scoring", default="logit",
-                        help="logit (default) or generate; evaluate also takes calibrated")
+    parser.add_argument("--scoring", default=RUN_DEFAULTS.scoring,
+                        help="logit (label log-probabilities) or generate; evaluate also takes calibrated")
     add_split_arguments(parser)
-    parser.add_argument("--runs-dir", default="runs")
+    parser.add_argument("--runs-dir", default=RUN_DEFAULTS.runs_dir, help="folder that receives the run directory")
     parser.add_argument("--cache", help="shared SQLite cache file (default: one per run)")
 
 
@@ -41,15 +49,58 @@ def seed_value(text: str) -> int:
 
 def add_seed_arguments(parser: argparse.ArgumentParser) -> None:
     """One meaning in every command: --seed drives the search, --split-seed the data."""
-    parser.add_argument("--seed", type=seed_value, default=0, help="search seed: sampling, proposals (default 0)")
-    parser.add_argument("--split-seed", type=seed_value, default=0,
-                        help="seed of the train/dev/test draw (default 0)")
+    parser.add_argument("--seed", type=seed_value, default=RUN_DEFAULTS.seed, help="search seed: sampling, proposals")
+    parser.add_argument("--split-seed", type=seed_value, default=RUN_DEFAULTS.split_seed,
+                        help="seed of the train/dev/test draw")
 
 
 def add_split_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train-size", type=int, default=1000)
-    parser.add_argument("--dev-size", type=int, default=300)
-    parser.add_argument("--test-size", type=int, default=1000)
+    parser.add_argument("--train-size", type=int, default=RUN_DEFAULTS.train_size, metavar="N",
+                        help="training examples drawn (demos, proposals)")
+    parser.add_argument("--dev-size", type=int, default=RUN_DEFAULTS.dev_size, metavar="N",
+                        help="dev examples drawn: what the search scores candidates on")
+    parser.add_argument("--test-size", type=int, default=RUN_DEFAULTS.test_size, metavar="N",
+                        help="held-out test examples drawn: the verdict's, never seen by the search")
+
+
+def add_search_arguments(parser: argparse.ArgumentParser) -> None:
+    """The cap, objective, verdict level and proposer: one meaning in optimize and in every compare arm."""
+    parser.add_argument("--budget", type=int, default=RUN_DEFAULTS.budget, metavar="CALLS",
+                        help="hard cap on search-time model calls per run")
+    parser.add_argument("--budget-tokens", type=int, metavar="TOKENS",
+                        help="optional hard cap on search-time tokens per run")
+    parser.add_argument("--objective", default=RUN_DEFAULTS.objective,
+                        help=f"what the search maximizes on dev: {', '.join(OBJECTIVES)}")
+    parser.add_argument("--alpha", type=float, default=RUN_DEFAULTS.alpha,
+                        help="level of the held-out test that decides what ships")
+    parser.add_argument("--proposer-model", metavar="MODEL",
+                        help="model that writes instructions/critiques (default: the task model)")
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object of the results on stdout, "
+                                                            "nothing else (progress stays on stderr)")
+
+
+def print_json(payload: dict[str, Any]) -> None:
+    """The one object `--json` promises on stdout, for scripts: strict JSON (a NaN becomes null)."""
+    print(json.dumps(_no_nan(payload), ensure_ascii=False))
+
+
+def _no_nan(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {key: _no_nan(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_nan(item) for item in value]
+    return value
+
+
+def spend_json(ledger: BudgetLedger) -> dict[str, Any]:
+    """What a search spent against its caps."""
+    return {"calls": ledger.calls, "tokens": ledger.tokens, "cap_calls": ledger.cap_calls,
+            "cap_tokens": ledger.cap_tokens}
 
 
 def parse_option(text: str) -> tuple[str, object]:

@@ -7,12 +7,20 @@ from pathlib import Path
 from typing import Any
 
 from prompttune.backends.factory import backend_options
-from prompttune.commands.common import add_run_arguments, option_value
+from prompttune.commands.common import (
+    add_json_argument,
+    add_run_arguments,
+    add_search_arguments,
+    option_value,
+    print_json,
+    spend_json,
+)
 from prompttune.comparing.coverage import MODES
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS
-from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.engine.comparison import Comparison, resume_compare, run_compare
+from prompttune.optimizers import OPTIMIZERS
 
 
 def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
@@ -25,6 +33,23 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
             raise UserError(f"--option expects OPTIMIZER.KEY=VALUE (e.g. sh.eta=3), got {text!r}")
         options.setdefault(arm, {})[name.strip()] = option_value(text, value)
     return options
+
+
+def comparison_json(result: Comparison) -> dict[str, Any]:
+    """`compare --json`: per arm its guarded (what ships after the verdict) and raw (its dev pick) mean test
+    accuracies and spend, the matched cap and every fairness check."""
+    cap = result.caps[0]
+    return {"run_dir": str(result.run_dir), "mode": result.mode, "seeds": result.seeds, "alpha": result.config.alpha,
+            "cap": {"unit": cap.unit, "limit": cap.limit},
+            "arms": [{"arm": s.arm, "guarded_test_accuracy": s.guarded.accuracy, "guarded_gain": s.guarded.gain,
+                      "raw_test_accuracy": s.raw.accuracy, "raw_gain": s.raw.gain,
+                      "runs": [{"seed": r.seed, "run_dir": str(r.run_dir),
+                                "baseline_test_accuracy": r.confirmation.baseline_accuracy,
+                                "shipped_test_accuracy": r.confirmation.best_accuracy,
+                                "p_value": r.raw_confirmation.comparison.p_one_sided,
+                                "spend": spend_json(r.search)} for r in s.runs]}
+                     for s in result.summaries],
+            "checks": [{"claim": c.claim, "status": c.status, "detail": c.detail} for c in result.checks]}
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -42,7 +67,8 @@ def _compare(args: argparse.Namespace) -> int:
             raise UserError("--optimizers names no optimizer")
         config = RunConfig(
             task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, budget=args.budget,
-            budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
+            budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
+            proposer_model=args.proposer_model, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
             train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
             runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
         result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)),
@@ -50,6 +76,9 @@ def _compare(args: argparse.Namespace) -> int:
                              allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
                              progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
+    if args.json:
+        print_json(comparison_json(result))
+        return 1 if failed else 0
     if failed:
         print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
         return 1
@@ -66,15 +95,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                   "and splits; compare their held-out results")
     add_run_arguments(compare)
     compare.add_argument("--optimizers", default="random,sh",
-                         help=f"comma-separated: prompttune optimizers and {', '.join(DSPY_ARMS)}")
+                         help=f"comma-separated, of {', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
     compare.add_argument("--seeds", type=int, default=5, help="optimizer seeds per arm: --seed, --seed+1, … "
-                         "(default 5: the paired tests across seeds need a few)")
+                         "(the paired tests across seeds need a few)")
     compare.add_argument("--mode", choices=list(MODES), default="same-space",
-                         help="same-space (default): an optimizer comparison, every arm searches only what the "
+                         help="same-space: an optimizer comparison, every arm searches only what the "
                          "space declares and holds the rest at the baseline; native: a tool comparison, each "
                          "tool also adds what it brings itself (demos, its own instructions)")
-    compare.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls per run")
-    compare.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens per run")
+    add_search_arguments(compare)
     compare.add_argument("--match", choices=["calls", "tokens"], default="calls",
                          help="what every arm is matched on and the checks compare: search calls (--budget), or "
                               "search tokens (--budget-tokens, required; --budget is then what optimizers plan "
@@ -83,10 +111,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="optimizer option, e.g. sh.eta=3 or dspy-mipro.auto=medium (repeatable)")
     compare.add_argument("--native-demos", type=int, default=0, metavar="K",
                          help="native mode: add few-shot k in {0, 2, ..., K} to a space that declares no demos, so "
-                              "every prompttune arm can try demos as DSPy's do (default 0: none)")
+                              "every prompttune arm can try demos as DSPy's do (0: none)")
     compare.add_argument("--jobs", type=int, default=1, metavar="N",
                          help="arm-seeds run at once, in worker processes with a model each (with --backend openai "
-                              "they share the servers); results equal --jobs 1 (default 1)")
+                              "they share the servers); results equal --jobs 1")
     compare.add_argument("--allow-underspend", action="store_true",
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "
@@ -94,4 +122,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--add-optimizers", metavar="NAMES", help="with --resume: run these optimizers too, on the "
                          "comparison's seeds, data draws and cap, and report all arms (finished comparisons too; "
                          "--option may set the added arms' options)")
+    add_json_argument(compare)
     compare.set_defaults(handler=_compare)

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from prompttune.backends.factory import backend_options
-from prompttune.commands.common import add_run_arguments
-from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
+from prompttune.commands.common import add_json_argument, add_run_arguments, print_json
+from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_evaluation
+
+
+def evaluation_json(result: EvaluationResult) -> dict[str, Any]:
+    """`evaluate --json`: each prompt's scores under each scoring, the set's spread, the spend."""
+    return {"run_dir": str(result.run_dir), "split": result.config.split, "examples": len(result.example_ids),
+            "calls": result.ledger.calls, "tokens": result.ledger.tokens,
+            "settings": [{"scoring": setting.scoring,
+                          "summary": {"min": min(setting.summary.accuracies), "max": setting.summary.max_p,
+                                      "avg": setting.summary.avg_p, "cps": setting.summary.cps},
+                          "prompts": [{"name": prompt.name, "accuracy": score.accuracy,
+                                       "accuracy_ci": score.accuracy_ci, "valid_rate": score.valid_rate,
+                                       "macro_f1": score.macro_f1}
+                                      for prompt, score in zip(result.prompts, setting.scores)]}
+                         for setting in result.settings]}
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -18,6 +33,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size, runs_dir=args.runs_dir,
         cache=args.cache, **backend_options(args))
     result = run_evaluation(config, progress=True)
+    if args.json:
+        print_json(evaluation_json(result))
+        return 0
     first = result.settings[0].summary
     print(f"{len(result.prompts)} prompts on {len(result.example_ids)} {config.split} examples: "
           f"{result.settings[0].scoring} accuracy {min(first.accuracies):.3f}–{first.max_p:.3f} "
@@ -43,4 +61,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     ev.add_argument("--top-k", type=int, default=3, help="k of the top-k IoU between two scorings")
     ev.add_argument("--budget", type=int, help="optional hard cap on model calls")
     ev.add_argument("--max-new-tokens", type=int, default=16, help="generation length (generate, POSIX)")
+    add_json_argument(ev)
     ev.set_defaults(handler=_evaluate)

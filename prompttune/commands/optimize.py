@@ -4,16 +4,27 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from prompttune.backends.factory import backend_options
-from prompttune.commands.common import add_run_arguments, parse_option
+from prompttune.commands.common import (
+    RUN_DEFAULTS,
+    add_json_argument,
+    add_run_arguments,
+    add_search_arguments,
+    parse_option,
+    print_json,
+    spend_json,
+)
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import BackendUnavailable
+from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import resumable_outage
 from prompttune.dspy_bridge import DSPY_ARMS, require_dspy
+from prompttune.engine.plan import plan_run
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
+from prompttune.optimizers import OPTIMIZERS, get_optimizer
+from prompttune.optimizers.base import describe_options
 
 
 def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
@@ -35,13 +46,25 @@ def _point_latest(run_dir: Path) -> None:
     staged.replace(latest)
 
 
-def _optimize(args: argparse.Namespace) -> int:
-    from prompttune.optimizers import get_optimizer
-    from prompttune.optimizers.base import describe_options
+def run_json(result: RunResult) -> dict[str, Any]:
+    """`optimize --json`: the verdict, the test accuracies it rests on, the spend and where the run is."""
+    verdict, leader = result.verdict, result.verdict.leader_confirmation
+    return {"run_dir": str(result.run_dir), "optimizer": result.config.optimizer, "verdict": verdict.summary(),
+            "confirmed": verdict.confirmed is not None, "alpha": verdict.alpha, "test_size": leader.n,
+            "baseline_test_accuracy": leader.baseline_accuracy, "dev_winner_test_accuracy": leader.best_accuracy,
+            "shipped_test_accuracy": result.confirmation.best_accuracy, "p_value": leader.comparison.p_one_sided,
+            "spend": spend_json(result.search_ledger), "verdict_calls": result.confirm_ledger.calls}
 
+
+def _optimize(args: argparse.Namespace) -> int:
+    if args.resume and args.dry_run:
+        raise UserError("--dry-run plans a new run; a --resume finishes one with its own settings")
     if args.resume:
         result = _with_resume_hint(lambda: resume_study(Path(args.resume), progress=True, handle_signals=True))
         _point_latest(result.run_dir)
+        if args.json:
+            print_json(run_json(result))
+            return 0
         print(f"resumed {args.resume}: {result.verdict.summary()}; budget used {result.search_ledger.calls}/"
               f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
         return 0
@@ -64,8 +87,14 @@ def _optimize(args: argparse.Namespace) -> int:
         max_prompt_tokens=args.max_prompt_tokens, proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+    if args.dry_run:
+        print("\n".join(plan_run(config).lines()))
+        return 0
     result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
     _point_latest(result.run_dir)
+    if args.json:
+        print_json(run_json(result))
+        return 0
     leader = result.verdict.leader_confirmation
     print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
           f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
@@ -76,27 +105,26 @@ def _optimize(args: argparse.Namespace) -> int:
 def add_parser(commands: argparse._SubParsersAction) -> None:
     opt = commands.add_parser("optimize", help="search a prompt space under a budget, confirm on test")
     add_run_arguments(opt)
-    opt.add_argument("--optimizer", default=RunConfig.model_fields["optimizer"].default,
-                     help="search strategy (default: %(default)s)")
-    opt.add_argument("--budget", type=int, default=2000, help="hard cap on search-time model calls")
-    opt.add_argument("--budget-tokens", type=int, help="optional hard cap on search-time tokens")
-    opt.add_argument("--objective", default="accuracy",
-                     help="accuracy, macro_f1, valid_rate or service_accuracy")
+    opt.add_argument("--optimizer", default=RUN_DEFAULTS.optimizer, metavar="NAME",
+                     help=f"search strategy: {', '.join([*OPTIMIZERS, *DSPY_ARMS])} (the dspy-* arms need "
+                          "prompttune[dspy])")
+    add_search_arguments(opt)
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                      help="optimizer option (repeatable); --help-options lists them")
     opt.add_argument("--help-options", action="store_true", help="list the options of --optimizer and exit")
     opt.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted run from its directory (its own "
                      "config; calls it paid for are replayed from its cache and charged once)")
-    opt.add_argument("--alpha", type=float, default=0.05,
-                     help="level of the one held-out test that decides what ships (default 0.05)")
-    opt.add_argument("--confirm-top", type=int, default=1, metavar="K",
-                     help="test the top K dev candidates on test with Holm over K (default 1)")
-    opt.add_argument("--dev-alpha", type=float, default=0.10,
+    opt.add_argument("--confirm-top", type=int, default=RUN_DEFAULTS.confirm_top, metavar="K",
+                     help="test the top K dev candidates on test with Holm over K")
+    opt.add_argument("--dev-alpha", type=float, default=RUN_DEFAULTS.dev_alpha,
                      help="family-wise false-accept level of each sweep of dev challenges (cople, p2g)")
-    opt.add_argument("--check-generation", type=int, default=0, metavar="N",
+    opt.add_argument("--check-generation", type=int, default=RUN_DEFAULTS.check_generation, metavar="N",
                      help="after the verdict, score the shipped prompt and the baseline by generation (greedy "
-                          "decoding, label extraction) on the first N test examples, outside the budget (default 0: off)")
+                          "decoding, label extraction) on the first N test examples, outside the budget (0: off)")
     opt.add_argument("--max-prompt-tokens", type=int, metavar="N",
                      help="reject every candidate whose prompt around an empty input (demos included) passes N tokens")
-    opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
+    add_json_argument(opt)
+    opt.add_argument("--dry-run", action="store_true",
+                     help="print the plan (schedule, call and token bounds, a wall-time estimate from a short "
+                          "probe of the model) and exit before any search call")
     opt.set_defaults(handler=_optimize)

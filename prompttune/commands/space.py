@@ -1,4 +1,4 @@
-"""`prompttune space show [FILE]` (dimensions and size) and `prompttune space sample [FILE] -n N`.
+"""`prompttune space show [FILE]` (dimensions and size) and `prompttune space sample [FILE] --sample N`.
 
 Without FILE both show the space `optimize --task` searches without `--space`: the one derived around the
 task's prompt (or `--prompt FILE`), else the built-in one. Both load the task with the same split options
@@ -44,7 +44,8 @@ def add_parser(subparsers: Any) -> None:
     show.set_defaults(handler=show_space)
     sample = commands.add_parser("sample", help="render uniformly sampled candidates on real examples")
     _add_task_options(sample)
-    sample.add_argument("-n", type=int, default=3, help="number of candidates")
+    sample.add_argument("--sample", "-n", type=int, default=3, metavar="N",
+                        help="number of candidates (as `evaluate --sample N`)")
     sample.set_defaults(handler=sample_space)
 
 
@@ -66,16 +67,16 @@ def show_space(args: argparse.Namespace) -> int:
 
 
 def sample_space(args: argparse.Namespace) -> int:
-    if args.n < 1:
-        raise UserError(f"-n {args.n}: sample at least one candidate")
+    if args.sample < 1:
+        raise UserError(f"--sample {args.sample}: sample at least one candidate")
     space, task = _load(args)
     rng = np.random.default_rng(args.seed)
     baseline = space.default_candidate()
     train = {e.id: e for e in task.splits["train"]}
     dev = task.splits["dev"]
-    for i in range(args.n):
+    for i in range(args.sample):
         candidate = space.build(space.sample(rng))
         example = dev[i % len(dev)]
         prompt = render(candidate.spec, example, select_demos(candidate.spec, train))
-        write_sample(sys.stdout, i + 1, args.n, space, task, baseline, candidate, example, prompt)
+        write_sample(sys.stdout, i + 1, args.sample, space, task, baseline, candidate, example, prompt)
     return 0
