@@ -61,7 +61,8 @@ def _optimize(args: argparse.Namespace) -> int:
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
         scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,
         dev_alpha=args.dev_alpha, check_generation=args.check_generation,
-        max_prompt_tokens=args.max_prompt_tokens, proposer_model=args.proposer_model,
+        max_prompt_tokens=args.max_prompt_tokens, class_loss_margin=args.class_loss_margin,
+        proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
@@ -98,5 +99,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                           "decoding, label extraction) on the first N test examples, outside the budget (default 0: off)")
     opt.add_argument("--max-prompt-tokens", type=int, metavar="N",
                      help="reject every candidate whose prompt around an empty input (demos included) passes N tokens")
+    opt.add_argument("--class-loss-margin", type=float, default=RunConfig.model_fields["class_loss_margin"].default,
+                     metavar="M", help="flag a class whose test recall under the shipped prompt (or the dev winner) "
+                                       "drops more than M below the baseline's, even when the total wins "
+                                       "(default %(default)s)")
     opt.add_argument("--proposer-model", help="model that writes instructions/critiques (default: the task model)")
     opt.set_defaults(handler=_optimize)
