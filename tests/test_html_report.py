@@ -55,3 +55,16 @@ def test_report_command_rebuilds_the_page_from_the_directory(oracle_run: RunResu
     assert main(["report", str(oracle_run.run_dir)]) == 0
     assert capsys.readouterr().out.strip() == str(page)
     assert page.read_text() == before
+
+
+def test_reports_show_importances_and_versions(oracle_run: RunResult) -> None:
+    """The default optimizer (sh) scores enough first-round grid candidates for fANOVA in both reports."""
+    run_dir = oracle_run.run_dir
+    assert oracle_run.config.optimizer == "sh"
+    report = (run_dir / "report.md").read_text()
+    assert "| dimension | fANOVA importance |" in report and "fANOVA skipped" not in report
+    assert "## Versions" in report and "| prompttune | `" in report and "| backend description | `" in report
+    page = (run_dir / "report.html").read_text()
+    assert "fANOVA importance" in page and "fANOVA skipped" not in page and "<h2>Versions" in page
+    versions = json.loads((run_dir / "verdict.json").read_text())["versions"]
+    assert versions["model"] == oracle_run.config.model and "dspy" not in versions

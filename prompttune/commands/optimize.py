@@ -84,7 +84,8 @@ def _optimize(args: argparse.Namespace) -> int:
         budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
         scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,
         dev_alpha=args.dev_alpha, check_generation=args.check_generation,
-        max_prompt_tokens=args.max_prompt_tokens, proposer_model=args.proposer_model,
+        max_prompt_tokens=args.max_prompt_tokens, class_loss_margin=args.class_loss_margin,
+        proposer_model=args.proposer_model,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
         runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
     if args.dry_run:
@@ -127,4 +128,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     opt.add_argument("--dry-run", action="store_true",
                      help="print the plan (schedule, call and token bounds, a wall-time estimate from a short "
                           "probe of the model) and exit before any search call")
+    opt.add_argument("--class-loss-margin", type=float, default=RunConfig.model_fields["class_loss_margin"].default,
+                     metavar="M", help="flag a class whose test recall under the shipped prompt (or the dev winner) "
+                                       "drops more than M below the baseline's, even when the total wins")
     opt.set_defaults(handler=_optimize)

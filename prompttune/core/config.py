@@ -58,6 +58,9 @@ class RunConfig(BackendConfig):
                                                        "by generation on the first N test examples (0: off)")
     max_prompt_tokens: int | None = Field(None, gt=0, description="reject candidates whose prompt around an empty "
                                                                   "input exceeds N tokens (demos included)")
+    class_loss_margin: float = Field(0.05, ge=0, le=1, description="flag, in every report, a class whose test recall "
+                                                                   "under the shipped prompt or the dev winner drops "
+                                                                   "more than this below the baseline's")
     proposer_model: str | None = Field(None, description="model that writes instructions; default: the task model")
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)

@@ -16,6 +16,7 @@ from prompttune.core.types import Example, Prompt
 from prompttune.engine.export import as_json, as_text, template
 from prompttune.evaluation.confirmation import Confirmation, Verdict
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import GenerationCheck
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.search_spaces import Candidate, SearchSpace
@@ -101,6 +102,8 @@ class RunResult:
     test_looks: int = 1  # verdicts this run's test split has served, this one included (engine.verdicts)
     generation_check: GenerationCheck | None = None  # --check-generation: the prompts served by generation
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
+    per_class: PerClass | None = None  # per-class test figures and the classes lost beyond --class-loss-margin
+    versions: dict[str, str] = field(default_factory=dict)  # what produced the run (engine.study.run_versions)
 
     def prompt(self, candidate: Candidate) -> TunedPrompt:
         return TunedPrompt(candidate, tuple(select_demos(candidate.spec, self.train)), self.to_text,

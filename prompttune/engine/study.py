@@ -12,6 +12,7 @@ trial in flight, test the best so far, write the report marked interrupted".
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import time
@@ -23,6 +24,7 @@ from typing import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from prompttune import __version__
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
@@ -37,6 +39,7 @@ from prompttune.core.interrupt import (
 )
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
 from prompttune.core.types import Example
+from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.results import Resumption, RunResult
 from prompttune.engine.setup import (
     RUN_DIR,
@@ -57,6 +60,7 @@ from prompttune.evaluation.confirmation import held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator, prompt_tokens
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.evaluation.per_class import per_class
 from prompttune.evaluation.serving import check_generation
 from prompttune.objectives import Objective, get_objective
 from prompttune.optimizers.proposer import Proposer
@@ -104,6 +108,16 @@ def check_prompt_ceiling(config: RunConfig, backend: Backend, baseline: Candidat
         raise UserError(f"--max-prompt-tokens {config.max_prompt_tokens}: the baseline prompt alone is {tokens} "
                         f"tokens around an empty input ({backend.model_id}'s tokenizer); raise the ceiling or "
                         "shorten the prompt")
+
+
+def run_versions(config: RunConfig, backend: Backend) -> dict[str, str]:
+    """What produced the run, so whoever ships its prompt can reproduce it: prompttune, the model and how it
+    was served, and DSPy's release when a DSPy optimizer searched."""
+    versions = {"prompttune": __version__, "model": config.model, "dtype": config.dtype, "backend": config.backend,
+                "backend description": backend.describe()}
+    if config.optimizer in DSPY_ARMS:
+        versions["dspy"] = importlib.metadata.version("dspy")
+    return versions
 
 
 def _progress(console: Console, shown: bool) -> Progress | nullcontext:
@@ -219,6 +233,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         result = RunResult(run_dir, config, baseline, context.space, outcome, verdict, search_ledger,
                            confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
                            strategy, storage, resumed, servers(), generation_check=generation,
+                           per_class=per_class(verdict, task.labels, config.class_loss_margin),
+                           versions=run_versions(config, backend),
                            prompt_tokens={role: tokens_of(backend, candidate, train) for role, candidate in
                                           (("baseline", baseline), ("shipped", verdict.shipped),
                                            ("dev winner", verdict.dev_winner))})

@@ -9,9 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 from prompttune.core.storage import write_atomic
+from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
 from prompttune.reports import ci_text
+from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 
 if TYPE_CHECKING:
     from prompttune.core.config import RunConfig
@@ -138,6 +140,55 @@ def _generation_section(check: GenerationCheck | None) -> list[str]:
               for p in check.prompts if p.invalid_answers], ""]
 
 
+def per_class_note(margin: float) -> str:
+    """What the per-class table shows and what it flags."""
+    return ("Per class on test: recall (accuracy on the class's examples) and precision (share of the prompt's "
+            "predictions of the class that are right; – where it never predicted it). Flagged: a class whose recall "
+            f"under a prompt falls more than {margin} (`--class-loss-margin`) below the baseline's, even when the "
+            "total wins.")
+
+
+def per_class_header(figures: PerClass) -> list[str]:
+    return (["class", "n"] + [f"{role} recall" for role in figures.prompts]
+            + [f"{role} precision" for role in figures.prompts] + ["flag"])
+
+
+def per_class_rows(figures: PerClass) -> list[list[str]]:
+    """Per class: n, each prompt's recall (its change from the baseline's beside it), precision, and the flag."""
+    lost = {(loss.prompt, loss.label) for loss in figures.losses}
+    rows = []
+    for c in figures.classes:
+        base = c.recall["baseline"]
+        recall = [f"{c.recall[role]:.3f}" + ("" if role == "baseline" else f" ({c.recall[role] - base:+.3f})")
+                  for role in figures.prompts]
+        precision = ["–" if c.precision[role] is None else f"{c.precision[role]:.3f}" for role in figures.prompts]
+        flag = ", ".join(f"{role} loses it" for role in figures.prompts if (role, c.label) in lost)
+        rows.append([c.label, str(c.n), *recall, *precision, f"⚠ {flag}" if flag else ""])
+    return rows
+
+
+def _per_class_section(figures: PerClass | None) -> list[str]:
+    if figures is None:
+        return []
+    header = per_class_header(figures)
+    warning = figures.warning()
+    return ["### Per class", "", per_class_note(figures.margin), "",
+            "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *["| " + " | ".join(row) + " |" for row in per_class_rows(figures)], "",
+            f"**Warning: {warning}.**" if warning else f"No class loses more than {figures.margin}.", ""]
+
+
+def _importance_section(result: "RunResult") -> list[str]:
+    """fANOVA importances of the search dimensions over the run's grid candidates (or why there are none)."""
+    scored = scored_candidates(result.trials.load() if result.trials else [])
+    importances = fanova_importances(scored, varying_dimensions(scored))
+    if isinstance(importances, str):
+        return ["## Search dimensions", "", importances, ""]
+    return ["## Search dimensions", "", f"{len(scored)} grid candidates, each scored by its mean dev objective over "
+            f"every example it was evaluated on. {FANOVA_NOTE}", "", "| dimension | fANOVA importance |",
+            "| --- | --- |", *[f"| {name} | {share:.3f} |" for name, share in importances.items()], ""]
+
+
 def rejected_line(rejected: dict[str, int]) -> str:
     """How many candidates the search driver refused, and why."""
     if not rejected:
@@ -215,11 +266,13 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         "",
         *(_tested_rows(result) if v.tested else ["The dev winner is the baseline: nothing to test."]),
         "",
+        *_per_class_section(result.per_class),
         *_generation_section(result.generation_check),
         "## Dev (selected on dev — optimistic by construction)",
         "",
         _dev_paragraph(result, config.dev_alpha),
         "",
+        *_importance_section(result),
         *([ "## Optimizer", "", *o.notes, ""] if o.notes else []),
         *_tokens_section(result, space),
         "## Budget",
@@ -239,6 +292,12 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            if result.resumed else ""),
         "",
         *_servers_section(result.servers),
+        "## Versions",
+        "",
+        "| component | version |",
+        "| --- | --- |",
+        *[f"| {name} | `{value}` |" for name, value in result.versions.items()],
+        "",
         "## Baseline (`baseline_prompt.json`, `baseline_prompt.txt`)",
         "",
         *[line for note in space.notes for line in (note, "")],
@@ -297,6 +356,8 @@ def print_summary(result: "RunResult", console: Console) -> None:
     for url, *counts in server_rows(result.servers):
         console.print(f"server {url}: " + ", ".join(f"{n} {name}" for n, name in zip(counts, SERVER_COUNTS)))
     console.print(f"verdict: {v.summary()}")
+    if result.per_class and (warning := result.per_class.warning()):
+        console.print(f"warning: {warning}")
     console.print(f"shipped: {'the baseline' if v.shipped.id == result.baseline.id else v.shipped.id} "
                   f"(best_prompt.json)")
     console.print(f"run directory: {result.run_dir}")

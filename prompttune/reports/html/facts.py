@@ -55,6 +55,8 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "search": {name: getattr(o, name) for name in OUTCOME_FIELDS},
         "generation_check": result.generation_check.to_dict() if result.generation_check else None,
         "prompt_tokens": token_facts(result),
+        "per_class": result.per_class.to_dict() if result.per_class else None,
+        "versions": result.versions,
         "frozen": list(result.space.frozen),
         "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
         "wall_seconds": result.wall_seconds,

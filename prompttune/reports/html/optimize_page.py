@@ -4,9 +4,7 @@ each search dimension, per-class test results, discordant examples, the prompt, 
 from __future__ import annotations
 
 import difflib
-import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ from prompttune.comparing.summary import t_interval
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
 from prompttune.core.storage import read_json
+from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.objectives.stats import wilson_ci
 from prompttune.reports import ci_text
@@ -33,6 +32,7 @@ from prompttune.reports.html.page import (
     table,
 )
 from prompttune.reports.html.tokens import marked_prompts, tokens_figure
+from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 from prompttune.reports.optimize_report import (
     GENERATION_NOTE,
     SERVER_COUNTS,
@@ -42,71 +42,15 @@ from prompttune.reports.optimize_report import (
     generation_header,
     generation_rows,
     generation_warning,
+    per_class_header,
+    per_class_note,
+    per_class_rows,
     rejected_line,
     server_rows,
 )
 
-MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing
 DISCORDANT_SHOWN = 6
 INVALID = "(invalid)"
-
-
-@dataclass
-class Scored:
-    """One grid candidate: its dimension values and its n-weighted mean dev score over its trials."""
-
-    candidate_id: str
-    values: dict[str, str]
-    score: float
-    n: int
-
-
-def value_label(value: object) -> str:
-    """A dimension value as text: strings quoted (separators stay visible), the rest as JSON."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def scored_candidates(trials: list[dict]) -> list[Scored]:
-    """Grid candidates (those with dimension values) with their dev score pooled over trials."""
-    pooled: dict[str, Scored] = {}
-    for t in trials:
-        if not t.get("dimensions"):
-            continue
-        s = pooled.setdefault(t["candidate_id"], Scored(t["candidate_id"], {k: value_label(v) for k, v in
-                                                                            t["dimensions"].items()}, 0.0, 0))
-        s.score = (s.score * s.n + t["score"] * t["n"]) / (s.n + t["n"])
-        s.n += t["n"]
-    return list(pooled.values())
-
-
-def varying_dimensions(scored: list[Scored]) -> dict[str, list[str]]:
-    """Dimensions that took two or more values among the evaluated candidates, values in order seen."""
-    seen: dict[str, dict[str, None]] = {}
-    for s in scored:
-        for name, value in s.values.items():
-            seen.setdefault(name, {})[value] = None
-    return {name: list(values) for name, values in seen.items() if len(values) > 1}
-
-
-def fanova_importances(scored: list[Scored], dims: dict[str, list[str]]) -> dict[str, float] | str:
-    """Optuna's fANOVA over the grid candidates (one in-memory trial each), or why it was skipped."""
-    if len(scored) < MIN_FANOVA_CANDIDATES or not dims:
-        return (f"fANOVA skipped: {len(scored)} grid candidate(s) with {len(dims)} varying dimension(s); it needs "
-                f"at least {MIN_FANOVA_CANDIDATES} candidates and one dimension that varies.")
-    import optuna
-    from optuna.distributions import CategoricalDistribution
-    from optuna.importance import FanovaImportanceEvaluator
-
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        study = optuna.create_study(direction="maximize")
-        distributions = {name: CategoricalDistribution(values) for name, values in dims.items()}
-        study.add_trials([optuna.trial.create_trial(params={name: s.values[name] for name in dims},
-                                                    distributions=distributions, value=s.score) for s in scored])
-        return optuna.importance.get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=0))
-    finally:
-        optuna.logging.set_verbosity(verbosity)
 
 
 def _short(text: str, limit: int = 48) -> str:
@@ -151,9 +95,7 @@ def _dimension_section(trials: list[dict], baseline_id: str) -> Html:
     return section(
         "Search dimensions",
         para(f"{len(scored)} grid candidates; each scored by its mean dev objective over every example it was "
-             "evaluated on (candidates scored on few examples are noisier). Importances: Optuna's fANOVA "
-             "(a random forest over the candidates' dimension values, seed 0): the share of the variance in "
-             "dev score each dimension explains on its own.", "note"),
+             f"evaluated on (candidates scored on few examples are noisier). {FANOVA_NOTE}", "note"),
         figure_img(fig, "per-value mean dev score for each search dimension"), fanova,
         Html("<details><summary>per-value table</summary>" +
              table(["dimension", "value", "candidates", "mean dev score", "95% CI"], rows, (2, 3)) + "</details>"))
@@ -359,6 +301,27 @@ def _tokens_section(facts: dict, config: dict) -> list[Html]:
                     para("The search scored no candidate on dev through prompttune's driver: nothing to plot.", "note"))]
 
 
+def _class_changes_section(facts: dict) -> list[Html]:
+    """Per-class recall and precision of each prompt with the classes lost flagged (absent in runs written
+    before it was recorded)."""
+    if not facts.get("per_class"):
+        return []
+    figures = PerClass.from_dict(facts["per_class"])
+    warning = figures.warning()
+    numeric = tuple(range(1, len(per_class_header(figures)) - 1))
+    return [section("Per-class changes on test",
+                    Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>') if warning else
+                    para(f"No class loses more than {figures.margin}.", "ok"),
+                    table(per_class_header(figures), per_class_rows(figures), numeric),
+                    para(per_class_note(figures.margin).replace("`", ""), "note"))]
+
+
+def _versions_section(facts: dict) -> list[Html]:
+    """What produced the run (absent in runs written before it was recorded)."""
+    versions = facts.get("versions")
+    return [section("Versions", table(["component", "version"], list(versions.items())))] if versions else []
+
+
 def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
     """A run stopped before its end: its verdict is of the best candidate so far, and it can be finished."""
     if run_status(run_dir) != "interrupted":
@@ -382,13 +345,14 @@ def optimize_page(run_dir: Path) -> str:
     best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
     parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts, config["scoring"]),
              *_generation_section(facts), _anytime_section(trials, facts, config["budget"]),
-             _dimension_section(trials, v["baseline"])]
+             _dimension_section(trials, v["baseline"]), *_class_changes_section(facts)]
     if best_id != v["baseline"]:
         parts += [_test_section(records, labels, {"baseline": v["baseline"], best_name: best_id}),
                   _discordant_section(records, labels, v["baseline"], best_id, best_name)]
     else:
         parts.append(_test_section(records, labels, {"baseline": v["baseline"]}))
     parts += [_prompt_section(run_dir, facts, best_file), *_tokens_section(facts, config), _budget_section(facts, config),
+              *_versions_section(facts),
               para(f"Generated from {run_dir.name}/ (config.json, trials.jsonl, verdict.json, test_records.jsonl, "
                    "the prompt files); the same numbers in words: report.md.", "note")]
     splits = facts["splits"]

@@ -1,0 +1,83 @@
+"""Per-class test figures of the prompts the verdict scored, and the classes a prompt loses.
+
+A prompt can win on total accuracy while one class collapses (on agnews a shipped prompt took
+World from 0.884 to 0.712): whoever ships it must see that class flagged, not only the total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from prompttune.core.types import Record
+from prompttune.evaluation.confirmation import Verdict
+
+
+@dataclass
+class ClassFigures:
+    """One class on test: per prompt, its recall (accuracy on the class's examples) and its precision
+    (share of its predictions of the class that are right; None when it never predicted the class)."""
+
+    label: str
+    n: int
+    recall: dict[str, float]
+    precision: dict[str, float | None]
+
+
+@dataclass
+class ClassLoss:
+    """A class on which a prompt's recall is below the baseline's by more than the margin."""
+
+    prompt: str
+    label: str
+    baseline: float
+    after: float
+
+
+@dataclass
+class PerClass:
+    """Per-class test figures of the baseline, the shipped prompt and the dev winner (each once)."""
+
+    margin: float
+    prompts: dict[str, str]  # role (baseline, shipped, dev winner) -> candidate id
+    classes: list[ClassFigures]
+
+    @property
+    def losses(self) -> list[ClassLoss]:
+        """Every (prompt, class) whose recall drops more than `margin` below the baseline's."""
+        return [ClassLoss(role, c.label, c.recall["baseline"], c.recall[role])
+                for role in self.prompts if role != "baseline" for c in self.classes
+                if c.recall["baseline"] - c.recall[role] > self.margin]
+
+    def warning(self) -> str | None:
+        """One line naming each lost class, or None."""
+        return "; ".join(f"the {loss.prompt} prompt loses {loss.label} ({loss.baseline:.3f} → {loss.after:.3f}, "
+                         f"{loss.after - loss.baseline:+.3f}, beyond the margin {self.margin})"
+                         for loss in self.losses) or None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "losses": [asdict(loss) for loss in self.losses]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PerClass":
+        return cls(data["margin"], data["prompts"], [ClassFigures(**c) for c in data["classes"]])
+
+
+def _figures(label: int, name: str, records: dict[str, list[Record]]) -> ClassFigures:
+    recall, precision = {}, {}
+    n = sum(r.gold == label for r in next(iter(records.values())))
+    for role, rows in records.items():
+        predicted = [r for r in rows if r.pred == label]
+        recall[role] = sum(r.correct for r in rows if r.gold == label) / n if n else float("nan")
+        precision[role] = sum(r.correct for r in predicted) / len(predicted) if predicted else None
+    return ClassFigures(name, n, recall, precision)
+
+
+def per_class(verdict: Verdict, labels: list[str], margin: float) -> PerClass:
+    """The baseline, then the shipped prompt and the dev winner where they differ from it (and the
+    dev winner only where it was scored on test)."""
+    roles = {"baseline": verdict.baseline.id}
+    for role, candidate in (("shipped", verdict.shipped), ("dev winner", verdict.dev_winner)):
+        if candidate.id not in roles.values() and candidate.id in verdict.records:
+            roles[role] = candidate.id
+    records = {role: verdict.records[cid] for role, cid in roles.items()}
+    return PerClass(margin, roles, [_figures(k, name, records) for k, name in enumerate(labels)])
