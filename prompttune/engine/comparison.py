@@ -358,9 +358,8 @@ def _same_coverage(config: RunConfig, before: list[str], after: list[str], optio
                    mode: str, data: Task | None) -> None:
     """An added arm may not change what the others search (same-space mode shares the dimensions
     every arm can search): their runs would no longer be comparable with its."""
-    split_seed = config.split_seed
-    old = _draw(config, before, options, mode, split_seed, data)[3]
-    new = _draw(config, after, options, mode, split_seed, data)[3]
+    space = _draw(config, after, options, mode, config.split_seed, data)[2]
+    old, new = plan_coverage(before, space, mode, options), plan_coverage(after, space, mode, options)
     if changed := [arm for arm in before if old[arm].searched != new[arm].searched]:
         raise UserError(f"adding {', '.join(a for a in after if a not in before)} would change what "
                         f"{', '.join(changed)} search(es) in {mode} mode; start a new comparison instead")

@@ -52,7 +52,14 @@ from pydantic import Field
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, spec_candidate
+from prompttune.optimizers.base import (
+    Optimizer,
+    OptimizerOptions,
+    SearchContext,
+    TrialRequest,
+    spec_candidate,
+    validate_options,
+)
 from prompttune.optimizers.proposer import clean_instruction
 from prompttune.optimizers.search_helpers import (
     critique_request,
@@ -113,8 +120,7 @@ class ReflectiveRace(Optimizer):
 
     @classmethod
     def check(cls, context: SearchContext) -> None:
-        options = cls.Options.model_validate(context.options)
-        block = cls.first_block(context, options)
+        block = cls.first_block(context, validate_options(cls.name, cls.Options, context.options))
         if context.budget and context.budget < 4 * block:
             raise UserError(f"reflect: the budget {context.budget} cannot race the baseline and three prompts "
                             f"on a block of {block} dev examples; raise --budget to at least {4 * block}")
