@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
-from prompttune.engine.setup import check_proposer_backend, load_run_task, load_space, require_dev_budget, search_context
-from prompttune.engine.strategies import plan_strategy
+from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.study import checked_search
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -62,11 +62,7 @@ def plan_run(config: RunConfig, probe_examples: int = PROBE_EXAMPLES) -> RunPlan
     """Check the run as `run_study` would, then time the baseline on `probe_examples` dev examples."""
     task = load_run_task(config)
     space = load_space(config, task)
-    require_dev_budget(config, task)
-    visible = task.without_test()
-    context = search_context(config, visible, space)
-    plan_strategy(config, context)
-    check_proposer_backend(config)
+    visible, context, _ = checked_search(config, task, space)
     optimizer = OPTIMIZERS.get(config.optimizer)
     schedule = (optimizer.plan(context, validate_options(optimizer.name, optimizer.Options, context.options))
                 if optimizer is not None and hasattr(optimizer, "plan") else None)

@@ -53,7 +53,7 @@ from prompttune.engine.setup import (
     require_dev_budget,
     search_context,
 )
-from prompttune.engine.strategies import Setting, plan_strategy
+from prompttune.engine.strategies import Setting, Strategy, plan_strategy
 from prompttune.engine.verdicts import look_alpha, new_look, record_look, spent_alpha
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import held_out_verdict
@@ -63,6 +63,7 @@ from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.per_class import per_class
 from prompttune.evaluation.serving import check_generation
 from prompttune.objectives import Objective, get_objective
+from prompttune.optimizers.base import SearchContext
 from prompttune.optimizers.proposer import Proposer
 from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
@@ -110,6 +111,19 @@ def check_prompt_ceiling(config: RunConfig, backend: Backend, baseline: Candidat
                         "shorten the prompt")
 
 
+def checked_search(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None
+                   ) -> tuple[Task, SearchContext, Callable[[Setting], Strategy]]:
+    """The checks a search passes before any model loads (dev split and budget, the strategy and its
+    options, the proposer backend), and what they give: the task without its test split, the search
+    context and how to build the strategy. `optimize` and `optimize --dry-run` both call it."""
+    require_dev_budget(config, task)
+    visible = task.without_test()
+    context = search_context(config, visible, space, objective)
+    build_strategy = plan_strategy(config, context)
+    check_proposer_backend(config)
+    return visible, context, build_strategy
+
+
 def run_versions(config: RunConfig, backend: Backend) -> dict[str, str]:
     """What produced the run, so whoever ships its prompt can reproduce it: prompttune, the model and how it
     was served, and DSPy's release when a DSPy optimizer searched."""
@@ -153,11 +167,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         get_objective(config.objective)
     if record:
         check_paths(config.runs_dir, config.cache)
-    require_dev_budget(config, task)
-    visible = task.without_test()
-    context = search_context(config, visible, space, objective)
-    build_strategy = plan_strategy(config, context)
-    check_proposer_backend(config)
+    visible, context, build_strategy = checked_search(config, task, space, objective)
     # Backends, signal handlers and cache are released however the run ends: finished, stopped by a
     # signal or an outage, or failed.
     with ExitStack() as resources:
