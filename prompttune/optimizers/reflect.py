@@ -78,8 +78,8 @@ MOVES = ("reflect", "grammar", "demos", "merge")
 class ReflectOptions(OptimizerOptions):
     pool: int = Field(6, ge=2, description="prompts kept in the evolving pool")
     screen_share: float = Field(0.3, gt=0, lt=1, description="share of the budget for the first screen")
-    final_share: float = Field(0.4, gt=0, lt=1, description="most of the budget kept for the finalists and "
-                               "the baseline on dev")
+    final_share: float = Field(0.4, gt=0, lt=1, description="share of the budget kept for the final race "
+                               "(the pool on growing dev prefixes, then the finalists and the baseline)")
     finalists: int = Field(2, ge=1, description="best prompts by margin scored on the dev split at the end")
     min_examples: int = Field(20, ge=4, description="smallest race block (at least 4 per class)")
     minibatch: int = Field(16, ge=4, description="train examples a reflection reads the parent's errors on")
@@ -140,6 +140,7 @@ class ReflectiveRace(Optimizer):
         self.genomes: dict[str, Genome] = {}
         self.candidates: dict[str, Candidate] = {}
         self.pool: list[str] = []
+        self.echoes: set[str] = set()  # calibrated twins that answer exactly as their raw prompt: no slot
         self.calibrating = self.options.calibration
         self.final_ids: list[str] = []
         self.finalists: list[str] = []
@@ -177,27 +178,28 @@ class ReflectiveRace(Optimizer):
         return self.context.budget - left if left is not None else 0
 
     def _final_reserve(self) -> int:
-        """Calls the final stage is planned to need: today's finalists and the baseline on the dev
-        examples `final_share` of the budget buys, less those they have (the final stage then takes
-        as many dev examples as what is left pays for)."""
-        return self._final_cost(self._final_examples())
+        """Calls kept for the final race: `final_share` of the budget."""
+        return int(self.options.final_share * self.context.budget)
 
-    def _final_cost(self, ids: Sequence[str]) -> int:
-        keys = {*self._by_margin(self.pool)[: self.options.finalists], self.baseline.id}
-        return sum(len(self.missing(self.candidates[k], ids)) for k in keys)
-
-    def _final_examples(self) -> list[str]:
-        dev = self.context.dev_ids
-        affordable = int(self.options.final_share * self.context.budget) // (self.options.finalists + 1)
-        return list(dev[: max(len(self.block), min(len(dev), affordable))])
+    def _final_cost(self, keys: Sequence[str], ids: Sequence[str]) -> int:
+        """Calls that score `keys` and the baseline (which the driver ranks beside them) on `ids`."""
+        return sum(len(self.missing(self.candidates[k], ids)) for k in {*keys, self.baseline.id})
 
     def _screen(self) -> Iterator[TrialRequest]:
-        width = max(3, int(self.options.screen_share * self.context.budget) // (len(self.block) + 3))
-        seeds = self.context.space.distinct_candidates(self.rng, width, first=[self.baseline])
-        for candidate in seeds:
-            genome = Genome(candidate.assignment)
-            yield from self._race(genome, "screen")
-        self.pool = self._by_margin(list(self.candidates))[: self.options.pool]
+        """Distinct draws on the first block; the best `2 × pool` go on to a block twice as long, and
+        the pool is the best half of them there: a prompt is not dropped on one short block."""
+        share, pool = int(self.options.screen_share * self.context.budget), self.options.pool
+        width = max(3, (share - 2 * pool * len(self.block)) // (len(self.block) + 3))
+        for candidate in self.context.space.distinct_candidates(self.rng, width, first=[self.baseline]):
+            yield from self._race(Genome(candidate.assignment), "screen")
+        alive = self._by_margin([k for k in self.candidates if k not in self.echoes])
+        if len(alive) > pool:
+            alive = alive[: 2 * pool] + ([] if self.baseline.id in alive[: 2 * pool] else [self.baseline.id])
+            self.block = list(self.context.dev_ids[: min(len(self.context.dev_ids), 2 * len(self.block))])
+            for key in alive:
+                if todo := self.missing(self.candidates[key], self.block):
+                    yield TrialRequest(self.candidates[key], todo, "screen, second block")
+        self.pool = self._by_margin(alive)[:pool]
         if self.baseline.id not in self.pool:  # the baseline stays a parent: edits start from it too
             self.pool[-1] = self.baseline.id
 
@@ -241,14 +243,30 @@ class ReflectiveRace(Optimizer):
         return MOVES[int(self.rng.choice(len(MOVES), p=weights / weights.sum()))]
 
     def _final(self) -> Iterator[TrialRequest]:
-        """The finalists (and, through the driver, the baseline) on the longest dev prefix the rest
-        of the budget pays for."""
-        dev, left = self.context.dev_ids, self.remaining_budget()
-        n = len(self.block)
-        while n < len(dev) and (left is None or self._final_cost(dev[: n + 1]) <= left):
+        """A race over the pool: while more than `finalists` remain, the dev prefix doubles and the
+        better half by margin goes on (a prompt that entered the pool on a lucky block leaves on more
+        examples); then the finalists on the longest dev prefix the rest of the budget pays for, and
+        as many more pool prompts there as the budget still pays for."""
+        dev, alive = self.context.dev_ids, self._by_margin(self.pool)
+        while len(alive) > self.options.finalists and len(self.block) < len(dev):
+            ids = dev[: min(len(dev), 2 * len(self.block))]
+            left = self.remaining_budget()
+            if left is not None and self._final_cost(alive, ids) > left:
+                break
+            self.block = list(ids)
+            for key in alive:
+                if todo := self.missing(self.candidates[key], self.block):
+                    yield TrialRequest(self.candidates[key], todo, "final race")
+            alive = self._by_margin(alive)[: max(self.options.finalists, (len(alive) + 1) // 2)]
+        self.finalists = alive[: self.options.finalists]
+        n, left = len(self.block), self.remaining_budget()
+        while n < len(dev) and (left is None or self._final_cost(self.finalists, dev[: n + 1]) <= left):
             n += 1
         self.final_ids = list(dev[:n])
-        self.finalists = self._by_margin(self.pool)[: self.options.finalists]
+        for key in self._by_margin(self.pool):  # what the budget still pays for: more finalists
+            if key not in self.finalists and (left is None or
+                                              self._final_cost([*self.finalists, key], self.final_ids) <= left):
+                self.finalists.append(key)
         for key in self.finalists:
             if todo := self.missing(self.candidates[key], self.final_ids):
                 yield TrialRequest(self.candidates[key], todo, "final")
@@ -268,6 +286,9 @@ class ReflectiveRace(Optimizer):
             self.genomes[candidate.id], self.candidates[candidate.id] = member, candidate
             if todo := self.missing(candidate, self.block):
                 yield TrialRequest(candidate, todo, f"{purpose}{' (calibrated)' if member.calibrate else ''}")
+            if member is not genome and self._answers_alike(candidate.id, ids[0]):
+                self.echoes.add(candidate.id)  # a flat content-free bias: calibration changed nothing
+                continue
             ids.append(candidate.id)
             if not member.calibrate and self._no_label_scores(candidate):
                 self.calibrating = False  # generation answers: nothing to calibrate
@@ -284,6 +305,10 @@ class ReflectiveRace(Optimizer):
         for key in self.pool:
             if todo := self.missing(self.candidates[key], self.block):
                 yield TrialRequest(self.candidates[key], todo, "race block grows")
+
+    def _answers_alike(self, twin: str, raw: str) -> bool:
+        pairs = zip(self.records(self.candidates[twin], self.block), self.records(self.candidates[raw], self.block))
+        return all(a.pred == b.pred and abs(margin(a) - margin(b)) < 1e-9 for a, b in pairs)
 
     def _no_label_scores(self, candidate: Candidate) -> bool:
         seen = self.memo.get(candidate.id, {})
