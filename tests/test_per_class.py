@@ -1,16 +1,25 @@
 """Per-class changes: a shipped prompt that wins on total accuracy but loses a class is flagged in
-report.md, report.html, verdict.json and the terminal summary."""
+report.md, report.html, verdict.json and the terminal summary; a comparison flags each arm's pick, an
+evaluation each prompt against the first, and both give their versions."""
 
 from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
+import prompttune
+from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.cli import main
+from prompttune.comparing.arms import load_arm_run
+from prompttune.core.config import RunConfig
+from prompttune.engine import comparison, evaluation
+from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.engine.results import RunResult
-from prompttune.engine.study import run_study
-from tests.support import oracle_config, oracle_for
+from prompttune.engine.study import run_study, run_versions
+from tests.support import colours_task_file, oracle_config, oracle_for
 
 
 def red_collapses(text: str) -> float:
@@ -54,3 +63,66 @@ def test_a_wider_margin_flags_nothing(red_lost: RunResult) -> None:
         assert figures.losses == [] and figures.warning() is None
     finally:
         figures.margin = 0.05
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+    config = oracle_config(tmp_path_factory.mktemp("per-class-compare"), test_size=150)
+    return run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config, red_collapses))
+
+
+def test_a_comparison_flags_each_arms_lost_classes_and_gives_its_versions(compared: Comparison) -> None:
+    run_dir = compared.run_dir
+    assert all(r.per_class is not None and [loss.label for loss in r.per_class.losses] == ["red"]
+               for r in compared.runs)
+    assert load_arm_run(compared.runs[0].run_dir).per_class == compared.runs[0].per_class  # arm.json keeps them
+    report = (run_dir / "report.md").read_text()
+    assert "## Classes lost" in report and "| random | 1/1 | seed 0: red (" in report and "| sh | 1/1 |" in report
+    assert "## Versions" in report and f"| prompttune | `{prompttune.__version__}` |" in report
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["class_loss_margin"] == 0.05 and summary["versions"]["prompttune"] == prompttune.__version__
+    assert summary["arms"][0]["runs"][0]["per_class"]["losses"][0]["label"] == "red"
+    page = (run_dir / "report.html").read_text()
+    assert "<h2>Classes lost" in page and "seed 0: red (" in page and "<h2>Versions" in page
+
+
+def test_a_comparison_says_the_dspy_release_when_a_dspy_arm_ran() -> None:
+    dspy = pytest.importorskip("dspy")
+    backend = SyntheticOracleBackend([], lambda text: 0.5)
+    config = RunConfig()
+    assert "dspy" not in run_versions(config, backend, ["random", "sh"])
+    assert run_versions(config, backend, ["random", "dspy-gepa"])["dspy"] == dspy.__version__
+
+
+def test_evaluate_flags_the_classes_a_prompt_loses_against_the_first(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, test_size=150)
+    result = prompttune.evaluate(config.task, prompts=["Item: {text}\nAnswer:", "Item: {text}\nLabel:"],
+                                 backend=oracle_for(config, red_collapses), runs_dir=str(tmp_path / "runs"),
+                                 train_size=60, dev_size=60, test_size=150)
+    figures = result.settings[0].per_class
+    assert figures.reference == "p01" and [(loss.prompt, loss.label) for loss in figures.losses] == [("p02", "red")]
+    report = (result.run_dir / "report.md").read_text()
+    assert "### Classes lost against the first prompt" in report and "| 2 | p02 | red (" in report
+    assert "## Versions" in report
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["per_class"]["logit"]["losses"][0]["label"] == "red" and summary["versions"]["model"] == config.model
+    page = (result.run_dir / "report.html").read_text()
+    assert "Warning: the p02 prompt loses red (" in page and "<h2>Versions" in page
+
+
+def test_the_margin_reaches_evaluate_and_compare_from_the_command_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(comparison, "build_backend", lambda config: oracle_for(config, red_collapses))
+    task = str(colours_task_file(tmp_path))
+    assert main(["compare", "--task", task, "--optimizers", "random", "--seeds", "1", "--budget", "300",
+                 "--train-size", "60", "--dev-size", "60", "--test-size", "150", "--class-loss-margin", "0.9",
+                 "--runs-dir", str(tmp_path / "runs")]) == 0
+    summary = json.loads(next((tmp_path / "runs").glob("*-compare/summary.json")).read_text())
+    assert summary["class_loss_margin"] == 0.9 and summary["arms"][0]["runs"][0]["per_class"]["losses"] == []
+    (tmp_path / "prompts.yaml").write_text('- "Item: {text}\\nAnswer:"\n- "Item: {text}\\nLabel:"\n')
+    monkeypatch.setattr(evaluation, "build_backend",
+                        lambda config: oracle_for(oracle_config(tmp_path, test_size=150), red_collapses))
+    assert main(["evaluate", "--task", task, "--prompts", str(tmp_path / "prompts.yaml"), "--train-size", "60",
+                 "--dev-size", "60", "--test-size", "150", "--class-loss-margin", "0.9",
+                 "--runs-dir", str(tmp_path / "eval")]) == 0
+    summary = json.loads(next((tmp_path / "eval").glob("*/summary.json")).read_text())
+    assert summary["per_class"]["logit"]["margin"] == 0.9 and summary["per_class"]["logit"]["losses"] == []

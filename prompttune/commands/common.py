@@ -77,6 +77,15 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
                         help="model that writes instructions/critiques (default: the task model)")
 
 
+def add_class_loss_margin_argument(parser: argparse.ArgumentParser,
+                                   recall: str = "test recall under the shipped prompt (or the dev winner)",
+                                   reference: str = "the baseline") -> None:
+    """One default and one meaning in every report that flags the classes a prompt loses."""
+    parser.add_argument("--class-loss-margin", type=float, default=RUN_DEFAULTS.class_loss_margin, metavar="M",
+                        help=f"flag a class whose {recall} drops more than M below {reference}'s, even when the "
+                             "total wins")
+
+
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object of the results on stdout, "
                                                             "nothing else (progress stays on stderr)")

@@ -8,6 +8,7 @@ from typing import Any
 
 from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
+    add_class_loss_margin_argument,
     add_json_argument,
     add_run_arguments,
     add_search_arguments,
@@ -20,6 +21,7 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import Comparison, resume_compare, run_compare
+from prompttune.engine.plan import plan_compare
 from prompttune.optimizers import OPTIMIZERS
 
 
@@ -56,6 +58,8 @@ def _compare(args: argparse.Namespace) -> int:
     added = [name.strip() for name in (args.add_optimizers or "").split(",") if name.strip()]
     if added and not args.resume:
         raise UserError("--add-optimizers adds arms to an earlier comparison: give its directory with --resume")
+    if args.resume and args.dry_run:
+        raise UserError("--dry-run plans a new comparison; a --resume finishes one with its own settings")
     if args.resume:
         result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs, add=added,
                                 add_options=parse_options(args.option))
@@ -69,10 +73,15 @@ def _compare(args: argparse.Namespace) -> int:
             task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, budget=args.budget,
             budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
             proposer_model=args.proposer_model, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
-            train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
-            runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
-        result = run_compare(config, arms, list(range(args.seed, args.seed + args.seeds)),
-                             parse_options(args.option), mode=args.mode, match=args.match,
+            class_loss_margin=args.class_loss_margin, train_size=args.train_size, dev_size=args.dev_size,
+            test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+        seeds = list(range(args.seed, args.seed + args.seeds))
+        if args.dry_run:
+            print("\n".join(plan_compare(config, arms, seeds, parse_options(args.option), mode=args.mode,
+                                          match=args.match, native_demos=args.native_demos,
+                                          jobs=args.jobs).lines()))
+            return 0
+        result = run_compare(config, arms, seeds, parse_options(args.option), mode=args.mode, match=args.match,
                              allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
                              progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
@@ -123,4 +132,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          "comparison's seeds, data draws and cap, and report all arms (finished comparisons too; "
                          "--option may set the added arms' options)")
     add_json_argument(compare)
+    compare.add_argument("--dry-run", action="store_true",
+                         help="check every arm at every seed as the comparison would, print the plan (each arm's cap, "
+                              "coverage and schedule or DSPy sizing, the verdicts' calls, the total, a wall-time "
+                              "estimate from one short probe of the model) and exit before any search call")
+    add_class_loss_margin_argument(compare)
     compare.set_defaults(handler=_compare)

@@ -6,7 +6,12 @@ import argparse
 from typing import Any
 
 from prompttune.backends.factory import backend_options
-from prompttune.commands.common import add_json_argument, add_run_arguments, print_json
+from prompttune.commands.common import (
+    add_class_loss_margin_argument,
+    add_json_argument,
+    add_run_arguments,
+    print_json,
+)
 from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_evaluation
 
 
@@ -28,7 +33,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     config = EvaluateConfig(
         task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, prompt=args.prompt,
         sample=args.sample, split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
-        posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, budget=args.budget,
+        posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, class_loss_margin=args.class_loss_margin,
+        budget=args.budget,
         max_new_tokens=args.max_new_tokens, seed=args.seed, split_seed=args.split_seed,
         train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size, runs_dir=args.runs_dir,
         cache=args.cache, **backend_options(args))
@@ -61,5 +67,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     ev.add_argument("--top-k", type=int, default=3, help="k of the top-k IoU between two scorings")
     ev.add_argument("--budget", type=int, help="optional hard cap on model calls")
     ev.add_argument("--max-new-tokens", type=int, default=16, help="generation length (generate, POSIX)")
+    add_class_loss_margin_argument(ev, "recall under a prompt", "the first prompt")
     add_json_argument(ev)
     ev.set_defaults(handler=_evaluate)

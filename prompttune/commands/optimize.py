@@ -9,6 +9,7 @@ from typing import Any, Callable
 from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
     RUN_DEFAULTS,
+    add_class_loss_margin_argument,
     add_json_argument,
     add_run_arguments,
     add_search_arguments,
@@ -128,7 +129,5 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     opt.add_argument("--dry-run", action="store_true",
                      help="print the plan (schedule, call and token bounds, a wall-time estimate from a short "
                           "probe of the model) and exit before any search call")
-    opt.add_argument("--class-loss-margin", type=float, default=RunConfig.model_fields["class_loss_margin"].default,
-                     metavar="M", help="flag a class whose test recall under the shipped prompt (or the dev winner) "
-                                       "drops more than M below the baseline's, even when the total wins")
+    add_class_loss_margin_argument(opt)
     opt.set_defaults(handler=_optimize)

@@ -19,6 +19,7 @@ from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.per_class import PerClass
 from prompttune.optimizers import OPTIMIZERS, checked_optimizer
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
@@ -105,6 +106,7 @@ class ArmRun:
     test_ids: tuple[str, ...]  # the test examples its verdict scored
     leaders: list[tuple[int, int, PromptSpec]] = field(default_factory=list)  # (calls, tokens, pick) at each change
     test_correct: list[bool] = field(default_factory=list)  # the winner on each test example
+    per_class: PerClass | None = None  # per-class test figures of its verdict (None in arms saved before them)
 
 
 ARM_FILE = "arm.json"

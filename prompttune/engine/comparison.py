@@ -13,9 +13,9 @@ import math
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 from rich.console import Console
 
@@ -37,14 +37,13 @@ from prompttune.engine.setup import (
     load_space,
     new_run_dir,
     require_dev_budget,
-    search_context,
 )
-from prompttune.engine.strategies import plan_strategy
-from prompttune.engine.study import run_study
+from prompttune.engine.study import checked_search, run_study, run_versions
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import print_summary, write_report
 from prompttune.reports.html.facts import run_status
 from prompttune.reports.html_report import write_html_report
@@ -84,7 +83,8 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -
                   confirm_calls=result.confirm_ledger.calls, foreign_calls=search.foreign_calls,
                   foreign_tokens=search.foreign_tokens, anytime=anytime, stopped_by_budget=outcome.stopped_by_budget,
                   wall_seconds=result.wall_seconds, notes=[*outcome.notes, f"Verdict: {verdict.summary()}."],
-                  served=bench.backend.served(start, stop), test_ids=verdict.test_ids, leaders=outcome.leaders)
+                  served=bench.backend.served(start, stop), test_ids=verdict.test_ids, leaders=outcome.leaders,
+                  per_class=result.per_class)
 
 
 def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, int], Path]:
@@ -117,6 +117,7 @@ class Comparison:
     checks: list[Check]
     wall_seconds: float
     equal_spend: EqualSpend | None = None
+    versions: dict[str, str] = field(default_factory=dict)  # what produced it (engine.study.run_versions), once
 
 
 def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
@@ -180,7 +181,8 @@ class ArmJob:
 def _run_job(job: ArmJob) -> Path:
     """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
     the shared cache; the arm's directory (with arm.json) is the result."""
-    drawn, task, space, coverage = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed, job.data)
+    drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
+                                            job.data)
     backend = job.backend_factory(drawn)
     shared = ResultCache(job.cache)
     try:
@@ -200,19 +202,52 @@ def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
     return {seed: config.split_seed + k for k, seed in enumerate(seeds)}
 
 
+class Draw(NamedTuple):
+    """One seed's data draw with what its arms were checked on before any model loads."""
+
+    config: RunConfig  # the comparison's config with this seed's split seed
+    task: Task
+    space: SearchSpace  # the compared space, whole
+    coverage: dict[str, Coverage]  # per arm
+    contexts: dict[str, SearchContext]  # per arm: what its search sees (its space held to its coverage)
+
+
 def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]], mode: str,
-          split_seed: int, data: Task | None = None) -> tuple[RunConfig, Task, SearchSpace, dict[str, Coverage]]:
+          split_seed: int, data: Task | None = None) -> Draw:
     """One seed's data draw (of the task `config` names, or of in-memory `data`), its space and each
-    arm's coverage, every arm's run checked before any model loads."""
+    arm's coverage, every arm's run checked as `run_study` checks it before any model loads."""
     drawn = config.model_copy(update={"split_seed": split_seed})
     task = data.redraw(split_seed) if data is not None else load_run_task(drawn)
     require_dev_budget(drawn, task)
     space = load_space(drawn, task).bind(task.splits["train"])
     coverage = plan_coverage(arms, space, mode, options)
+    contexts = {}
     for arm in arms:
         arm_run_config = arm_config(drawn, arm, options, coverage)
-        plan_strategy(arm_run_config, search_context(arm_run_config, task, space))
-    return drawn, task, space, coverage
+        contexts[arm] = checked_search(arm_run_config, task, load_space(arm_run_config, task))[1]
+    return Draw(drawn, task, space, coverage, contexts)
+
+
+def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
+                  mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
+                  jobs: int = 1, data: Task | None = None) -> tuple[RunConfig, dict[int, Draw]]:
+    """Everything a comparison checks before any model loads, so that bad input is one line before
+    anything is spent (`run_compare` and `compare --dry-run` alike): the config it runs (with
+    `native_demos`) and each seed's draw."""
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    if match == "tokens" and config.budget_tokens is None:
+        raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
+    if native_demos and mode != "native":
+        raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
+    config = config.model_copy(update={"native_demos": native_demos})
+    check_arms(arms, options, config)
+    if stray := sorted(set(options) - set(arms)):
+        raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
+    draws = {seed: _draw(config, arms, options, mode, split_seed, data)
+             for seed, split_seed in split_seeds(config, seeds).items()}
+    check_paths(config.runs_dir, config.cache)
+    return config, draws
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
@@ -237,33 +272,21 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     names; each seed draws its splits (of the same sizes) from all its examples."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
-    if match == "tokens" and config.budget_tokens is None:
-        raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
-    if native_demos and mode != "native":
-        raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
-    if jobs < 1:
-        raise UserError(f"--jobs must be at least 1, got {jobs}")
     if jobs > 1 and backend is not None and backend_factory is None:
         raise UserError("--jobs > 1 gives every worker process its own model: pass backend_factory, not a backend")
-    config = config.model_copy(update={"native_demos": native_demos})
-    check_arms(arms, options, config)
-    if stray := sorted(set(options) - set(arms)):
-        raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
-    draws = {seed: _draw(config, arms, options, mode, split_seed, data)
-             for seed, split_seed in split_seeds(config, seeds).items()}
-    check_paths(config.runs_dir, config.cache)
+    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data)
     first = draws[seeds[0]]
-    watch = ModelWatch(backend or (backend_factory or build_backend)(config), first[1])
-    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first[1].name}-compare")
+    watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
+    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
          "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2))
     reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    benches = {seed: Bench(drawn, task, space, watch, shared, options, coverage, run_dir / "arms", console, progress,
-                           in_memory=data is not None)
-               for seed, (drawn, task, space, coverage) in draws.items()}
+    benches = {seed: Bench(d.config, d.task, d.space, watch, shared, options, d.coverage, run_dir / "arms", console,
+                           progress, in_memory=data is not None)
+               for seed, d in draws.items()}
     try:
         done: dict[tuple[str, int], ArmRun] = {}
         todo = []
@@ -310,9 +333,9 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     tasks = {seed: bench.task for seed, bench in benches.items()}
     checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
-    comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d[0].split_seed for s, d in draws.items()},
-                            first[3], runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
-                            time.time() - started, equal_spend)
+    comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
+                            first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
+                            time.time() - started, equal_spend, run_versions(config, watch, arms))
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)
@@ -358,7 +381,7 @@ def _same_coverage(config: RunConfig, before: list[str], after: list[str], optio
                    mode: str, data: Task | None) -> None:
     """An added arm may not change what the others search (same-space mode shares the dimensions
     every arm can search): their runs would no longer be comparable with its."""
-    space = _draw(config, after, options, mode, config.split_seed, data)[2]
+    space = _draw(config, after, options, mode, config.split_seed, data).space
     old, new = plan_coverage(before, space, mode, options), plan_coverage(after, space, mode, options)
     if changed := [arm for arm in before if old[arm].searched != new[arm].searched]:
         raise UserError(f"adding {', '.join(a for a in after if a not in before)} would change what "

@@ -20,9 +20,11 @@ from prompttune.core.config import BackendConfig, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import Record
 from prompttune.engine.setup import check_paths, make_run_dir, task_space
+from prompttune.engine.study import run_versions
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.per_class import PerClass, class_figures
 from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
 from prompttune.evaluation.prompt_sources import NamedPrompt, load_prompts_file, sample_space
 from prompttune.evaluation.sensitivity import PosixResult, measure_posix
@@ -59,6 +61,9 @@ class EvaluateConfig(BackendConfig):
     posix: bool = False
     posix_size: int = Field(10, gt=0, description="examples used for POSIX (N² scored responses each)")
     top_k: int = Field(3, gt=0, description="k of the top-k IoU between settings")
+    class_loss_margin: float = Field(RunConfig.model_fields["class_loss_margin"].default, ge=0, le=1,
+                                     description="flag a class whose recall under a prompt drops more than this "
+                                                 "below the first prompt's")
     budget: int | None = Field(None, gt=0, description="optional hard cap on model calls")
     max_new_tokens: int = Field(16, gt=0, description="generation length (generate scoring, POSIX)")
     seed: int = Field(0, description="sampling seed (--sample, ensembles)")
@@ -114,12 +119,14 @@ def score_prompt(records: list[Record], n_classes: int) -> PromptScore:
 
 @dataclass
 class SettingResult:
-    """All prompts under one scoring: records [prompt][example], per-prompt scores, set summary."""
+    """All prompts under one scoring: records [prompt][example], per-prompt scores, set summary, and
+    per-class figures with the classes each prompt loses against the first."""
 
     scoring: str
     records: list[list[Record]]
     scores: list[PromptScore]
     summary: PromptSetSummary
+    per_class: PerClass
 
     def gaps(self) -> np.ndarray | None:
         """Top-two gaps of every (prompt, example), or None when the setting has no label scores."""
@@ -162,6 +169,7 @@ class EvaluationResult:
     ledger: BudgetLedger
     model_id: str
     wall_seconds: float
+    versions: dict[str, str]  # what produced it (engine.study.run_versions)
 
 
 def load_evaluation_task(config: EvaluateConfig) -> Task:
@@ -198,14 +206,16 @@ def _tracked(progress: Progress, description: str, prompts: list[NamedPrompt]) -
 
 
 def _evaluate_setting(evaluator: Evaluator, scoring: str, prompts: list[NamedPrompt], ids: list[str],
-                      n_classes: int, progress: Progress) -> SettingResult:
+                      labels: list[str], margin: float, progress: Progress) -> SettingResult:
     predictor = make_predictor(scoring, evaluator)
     predictor.prefetch([p.spec for p in prompts])
     records = [predictor.predict(p.spec, ids)
                for p in _tracked(progress, f"{scoring} · {len(ids)} examples", prompts)]
     correct = np.array([[r.correct for r in rows] for rows in records], dtype=float)
-    return SettingResult(scoring, records, [score_prompt(rows, n_classes) for rows in records],
-                         summarize_prompt_set(correct))
+    return SettingResult(scoring, records, [score_prompt(rows, len(labels)) for rows in records],
+                         summarize_prompt_set(correct),
+                         class_figures({p.name: rows for p, rows in zip(prompts, records)},
+                                       {p.name: p.name for p in prompts}, labels, margin))
 
 
 def _ensembles(evaluator: Evaluator, base: Literal["logit", "calibrated"], prompts: list[NamedPrompt],
@@ -248,7 +258,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=console, disable=not progress) as bars:
-            results = [_evaluate_setting(evaluator, scoring, prompts, ids, n_classes, bars)
+            results = [_evaluate_setting(evaluator, scoring, prompts, ids, task.labels, config.class_loss_margin, bars)
                        for scoring in settings]
         base: Literal["logit", "calibrated"] = "calibrated" if "calibrated" in settings else "logit"
         ensembles = (None if config.ensemble is None else
@@ -272,7 +282,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
                                 rank_agreement(a, b))
     result = EvaluationResult(run_dir, config, task, prompts, ids, results, comparison, ensembles,
                               base if ensembles is not None else None, posix, ledger, backend.model_id,
-                              time.time() - started)
+                              time.time() - started, run_versions(config.run_config(), backend))
     write_outputs(result)
     write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
     if progress:

@@ -1,8 +1,10 @@
-"""`optimize --dry-run`: what a run would do and cost, said before it spends anything.
+"""`optimize --dry-run` and `compare --dry-run`: what a run or a comparison would do and cost, said
+before it spends anything.
 
-The run is checked as `run_study` checks it (task, space, options, schedule); the only model calls
-are a short probe — the baseline prompt on a handful of dev examples, on a private ledger and an
-in-memory cache — whose measured rate turns the call counts into a wall-time estimate.
+Each is checked as the real command checks it (`checked_search` for a run; `check_compare`, which
+runs it for every arm at every seed's draw, for a comparison); the only model calls are one short
+probe — the baseline prompt on a handful of dev examples, on a private ledger and an in-memory
+cache — whose measured rate turns the call counts into a wall-time estimate.
 """
 
 from __future__ import annotations
@@ -10,71 +12,185 @@ from __future__ import annotations
 import time
 from contextlib import closing
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from prompttune.backends.factory import build_backend
+from prompttune.comparing.arms import arm_config
+from prompttune.comparing.coverage import MODES
+from prompttune.comparing.fairness import Cap, caps_of
 from prompttune.core.config import RunConfig
+from prompttune.dspy_bridge import DSPY_ARMS
+from prompttune.engine.comparison import check_compare
 from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.strategies import dspy_arm
 from prompttune.engine.study import checked_search
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.optimizers import OPTIMIZERS
+from prompttune.optimizers import OPTIMIZERS, SearchContext
 from prompttune.optimizers.base import validate_options
+from prompttune.reports.compare_report import caps_text
+from prompttune.tasks.base import Task
 
 PROBE_EXAMPLES = 8
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """A run's schedule and bounds; the seconds per call are measured, so the times are estimates."""
+class Probe:
+    """The baseline timed on a few dev examples: the model's rate, so the times a plan gives are estimates."""
 
-    optimizer: str
     model: str
-    schedule: list[tuple[int, int]] | None  # (candidates, dev examples) per round, for optimizers that plan them
-    search_calls: int  # the cap: the search may spend up to this many
-    search_tokens: int | None  # the token cap, if one was set
-    tokens_per_call: float  # measured on the probe
-    verdict_calls: int  # at most: baseline and winner on every test example
-    probe_calls: int
+    calls: int
+    tokens_per_call: float
     seconds_per_call: float
 
+    def tokens_text(self, calls: int, cap_tokens: int | None) -> str:
+        """The token cap, else what `calls` calls cost at the probe's tokens per call."""
+        if cap_tokens is not None:
+            return f"at most {cap_tokens} tokens (--budget-tokens)"
+        return (f"about {calls * self.tokens_per_call:,.0f} tokens at the probe's {self.tokens_per_call:.0f} per call "
+                "(no token cap)")
+
+    def wall_line(self, parts: dict[str, int], note: str = "less where the cache answers") -> str:
+        """Minutes per part (name → at most that many model calls), timed at the probe's rate."""
+        times = ", ".join(f"{name} at most about {calls * self.seconds_per_call / 60:.1f} min"
+                          for name, calls in parts.items())
+        return (f"wall time, estimated from a probe of {self.calls} calls ({self.seconds_per_call * 1000:.0f} ms per "
+                f"call): {times} ({note})")
+
+
+def probe(config: RunConfig, task: Task, context: SearchContext, examples: int = PROBE_EXAMPLES) -> Probe:
+    """Time the baseline of `context` on its first `examples` dev examples of `task`."""
+    ledger = BudgetLedger()
+    with closing(build_backend(config)) as model, closing(ResultCache(":memory:")) as cache:
+        evaluator = Evaluator(model, {ex.id: ex for ex in task.splits["dev"]},
+                              {ex.id: ex for ex in task.splits["train"]}, cache, ledger, scoring=config.scoring)
+        started = time.perf_counter()
+        evaluator.evaluate(context.space.default_candidate().spec, context.dev_ids[:examples])
+        seconds = time.perf_counter() - started
+        return Probe(model.model_id, ledger.calls, ledger.tokens / max(ledger.calls, 1),
+                     seconds / max(ledger.calls, 1))
+
+
+def strategy_line(config: RunConfig, context: SearchContext) -> str | None:
+    """What the strategy fixes before it searches, where it does: its rounds (sh), or a DSPy arm's
+    settings sized to the cap."""
+    if config.optimizer in DSPY_ARMS:
+        return f"DSPy settings: {dspy_arm(config, context).description}"
+    optimizer = OPTIMIZERS.get(config.optimizer)
+    if optimizer is None or not hasattr(optimizer, "plan"):
+        return None
+    schedule = optimizer.plan(context, validate_options(optimizer.name, optimizer.Options, context.options))
+    return (f"schedule (candidates × dev examples per round): {' → '.join(f'{k}×{n}' for k, n in schedule)} = "
+            f"{sum(k * n for k, n in schedule)} calls")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run's strategy and bounds, and the probe that times them."""
+
+    optimizer: str
+    strategy: str | None  # `strategy_line`
+    search_calls: int  # the cap: the search may spend up to this many
+    search_tokens: int | None  # the token cap, if one was set
+    verdict_calls: int  # at most: baseline and winner on every test example
+    probe: Probe
+
     def lines(self) -> list[str]:
-        """The plan as `--dry-run` prints it."""
-        lines = [f"dry run: {self.optimizer} on {self.model}; no search call made"]
-        if self.schedule:
-            rounds = " → ".join(f"{k}×{n}" for k, n in self.schedule)
-            lines.append(f"schedule (candidates × dev examples per round): {rounds} = "
-                         f"{sum(k * n for k, n in self.schedule)} calls")
-        tokens = (f"at most {self.search_tokens} tokens (--budget-tokens)" if self.search_tokens is not None else
-                  f"about {self.search_calls * self.tokens_per_call:,.0f} tokens at the probe's "
-                  f"{self.tokens_per_call:.0f} per call (no token cap)")
-        lines.append(f"search: at most {self.search_calls} model calls (--budget), {tokens}")
-        lines.append(f"held-out verdict: at most {self.verdict_calls} calls (baseline and winner on every test "
-                     "example), outside the budget")
-        search_min, verdict_min = (calls * self.seconds_per_call / 60 for calls in (self.search_calls, self.verdict_calls))
-        lines.append(f"wall time, estimated from a probe of {self.probe_calls} calls "
-                     f"({self.seconds_per_call * 1000:.0f} ms per call): search at most about {search_min:.1f} min, "
-                     f"verdict about {verdict_min:.1f} min (less where the cache answers)")
-        return lines
+        """The plan as `optimize --dry-run` prints it."""
+        return [f"dry run: {self.optimizer} on {self.probe.model}; no search call made",
+                *([self.strategy] if self.strategy else []),
+                f"search: at most {self.search_calls} model calls (--budget), "
+                f"{self.probe.tokens_text(self.search_calls, self.search_tokens)}",
+                f"held-out verdict: at most {self.verdict_calls} calls (baseline and winner on every test "
+                "example), outside the budget",
+                self.probe.wall_line({"search": self.search_calls, "verdict": self.verdict_calls})]
 
 
 def plan_run(config: RunConfig, probe_examples: int = PROBE_EXAMPLES) -> RunPlan:
     """Check the run as `run_study` would, then time the baseline on `probe_examples` dev examples."""
     task = load_run_task(config)
-    space = load_space(config, task)
-    visible, context, _ = checked_search(config, task, space)
-    optimizer = OPTIMIZERS.get(config.optimizer)
-    schedule = (optimizer.plan(context, validate_options(optimizer.name, optimizer.Options, context.options))
-                if optimizer is not None and hasattr(optimizer, "plan") else None)
-    probe_ids = context.dev_ids[:probe_examples]
-    ledger = BudgetLedger()
-    with closing(build_backend(config)) as model, closing(ResultCache(":memory:")) as cache:
-        evaluator = Evaluator(model, {ex.id: ex for ex in visible.splits["dev"]},
-                              {ex.id: ex for ex in visible.splits["train"]}, cache, ledger, scoring=config.scoring)
-        started = time.perf_counter()
-        evaluator.evaluate(context.space.default_candidate().spec, probe_ids)
-        seconds = time.perf_counter() - started
-        model_id = model.model_id
-    return RunPlan(config.optimizer, model_id, schedule, config.budget, config.budget_tokens,
-                   ledger.tokens / max(ledger.calls, 1), 2 * len(task.splits["test"]), ledger.calls,
-                   seconds / max(ledger.calls, 1))
+    visible, context, _ = checked_search(config, task, load_space(config, task))
+    return RunPlan(config.optimizer, strategy_line(config, context), config.budget, config.budget_tokens,
+                   2 * len(task.splits["test"]), probe(config, visible, context, probe_examples))
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """One compared arm: what it searches and holds, and what its strategy fixes before searching."""
+
+    arm: str
+    searched: tuple[str, ...]
+    held: tuple[str, ...]
+    strategy: str | None
+
+
+@dataclass(frozen=True)
+class ComparePlan:
+    """A comparison's arms, seeds, caps and call bounds, and the one probe that times them."""
+
+    mode: str
+    arms: list[ArmPlan]
+    seeds: list[int]
+    split_seeds: list[int]
+    caps: list[Cap]  # the matched cap first
+    test_sizes: list[int]  # per seed
+    probe: Probe
+
+    @property
+    def search_calls(self) -> int:
+        """At most: every arm-seed spends its call cap (or, matched on tokens, its call ceiling)."""
+        return len(self.arms) * len(self.seeds) * next(cap.limit for cap in self.caps if cap.unit == "calls")
+
+    @property
+    def verdict_calls(self) -> int:
+        """At most: every arm-seed's baseline and pick on its seed's test split."""
+        return 2 * len(self.arms) * sum(self.test_sizes)
+
+    @property
+    def equal_spend_calls(self) -> int:
+        """At most: every arm-seed's pick at the smallest spend, on its seed's test split (mostly scored already)."""
+        return len(self.arms) * sum(self.test_sizes)
+
+    def lines(self) -> list[str]:
+        """The plan as `compare --dry-run` prints it."""
+        runs = len(self.arms) * len(self.seeds)
+        tokens = next((cap.limit for cap in self.caps if cap.unit == "tokens"), None)
+        total = self.search_calls + self.verdict_calls + self.equal_spend_calls
+        return [
+            f"dry run: compare, {MODES[self.mode]} (--mode {self.mode}), {len(self.arms)} optimizers × "
+            f"{len(self.seeds)} seeds on {self.probe.model}; no search call made",
+            f"checked as compare checks them before any model loads, each arm at each seed's data draw (seeds "
+            f"{', '.join(map(str, self.seeds))}; split seeds {', '.join(map(str, self.split_seeds))}): the "
+            "optimizer and its options, dev split and cap, what it searches of the space, its schedule or DSPy's "
+            "sizing to the cap",
+            *(f"arm {a.arm}: at most {caps_text(self.caps)} per seed; searches {', '.join(a.searched)}; holds "
+              f"{', '.join(a.held) or 'nothing'} at the baseline" + (f"; {a.strategy}" if a.strategy else "")
+              for a in self.arms),
+            f"search: at most {self.search_calls} calls in all ({len(self.arms)} arms × {len(self.seeds)} seeds), "
+            + (f"at most {tokens} tokens each (--budget-tokens)" if tokens is not None else
+               self.probe.tokens_text(self.search_calls, None)),
+            f"held-out verdicts: at most {self.verdict_calls} calls (each of the {runs} runs: baseline and pick on "
+            f"its seed's {', '.join(map(str, sorted(set(self.test_sizes))))} test examples), outside the cap; "
+            f"accuracy at equal spend: at most {self.equal_spend_calls} more (most already scored by the verdicts)",
+            f"total: at most {total} calls",
+            self.probe.wall_line({"search": self.search_calls, "verdicts": self.verdict_calls,
+                                  "equal-spend tests": self.equal_spend_calls, "in all": total},
+                                 "one arm-seed at a time; less where the shared cache answers"),
+        ]
+
+
+def plan_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
+                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
+                 jobs: int = 1, probe_examples: int = PROBE_EXAMPLES) -> ComparePlan:
+    """Check the comparison as `run_compare` would (`check_compare`), then time the baseline once, on
+    `probe_examples` dev examples of the first seed's draw."""
+    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs)
+    first = draws[seeds[0]]
+    plans = [ArmPlan(arm, first.coverage[arm].searched, first.coverage[arm].held,
+                     strategy_line(arm_config(first.config, arm, options, first.coverage), first.contexts[arm]))
+             for arm in arms]
+    return ComparePlan(mode, plans, seeds, [d.config.split_seed for d in draws.values()],
+                       caps_of(match, config.budget, config.budget_tokens),
+                       [len(d.task.splits["test"]) for d in draws.values()],
+                       probe(config, first.task, first.contexts[arms[0]], probe_examples))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -20,6 +20,9 @@ from prompttune.optimizers.base import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate
 from prompttune.tasks.base import Task
+
+if TYPE_CHECKING:
+    from prompttune.dspy_bridge.optimizers import DspyArm
 
 
 class Strategy(Protocol):
@@ -64,13 +67,11 @@ class DspyStrategy:
     """A DSPy optimizer compiled through the metered bridge; its program file joins the run record."""
 
     def __init__(self, setting: Setting) -> None:
-        from prompttune.dspy_bridge.optimizers import Sizes
-        from prompttune.dspy_bridge.search import DspySearch, dspy_settings
+        from prompttune.dspy_bridge.search import DspySearch
 
         config, task = setting.config, setting.task
         train, dev = task.splits["train"], task.splits["dev"]
-        settings = dspy_settings(config.optimizer, config.budget, Sizes(len(train), len(dev)),
-                                 config.optimizer_options)
+        settings = dspy_arm(config, setting.context)
         self.baseline = setting.context.space.default_candidate()
         log = setting.run_dir / "dspy.log" if setting.run_dir else None
         self.search_ = DspySearch(settings, self.baseline, setting.evaluator, task.input_fields, train, dev,
@@ -85,6 +86,19 @@ class DspyStrategy:
             self.search_.save_program(verdict.shipped.spec, run_dir / "dspy_program.json")
 
 
+def dspy_arm(config: RunConfig, context: SearchContext) -> DspyArm:
+    """A DSPy arm's settings sized to the cap and the run's splits (a `UserError` where its smallest run does not
+    fit): `plan_strategy` checks them, a dry run shows them."""
+    from prompttune.dspy_bridge import require_dspy
+
+    require_dspy(config.optimizer)
+    from prompttune.dspy_bridge.optimizers import Sizes
+    from prompttune.dspy_bridge.search import dspy_settings
+
+    return dspy_settings(config.optimizer, config.budget, Sizes(len(context.train_ids), len(context.dev_ids)),
+                         config.optimizer_options)
+
+
 def plan_strategy(config: RunConfig, context: SearchContext) -> Callable[[Setting], Strategy]:
     """Check everything the strategy can check before a model loads; return how to build it."""
     name = config.optimizer
@@ -93,14 +107,7 @@ def plan_strategy(config: RunConfig, context: SearchContext) -> Callable[[Settin
                         "task's frozen texts and --max-prompt-tokens; use one of prompttune's optimizers "
                         f"({', '.join(OPTIMIZERS)})")
     if name in DSPY_ARMS:
-        from prompttune.dspy_bridge import require_dspy
-
-        require_dspy(name)
-        from prompttune.dspy_bridge.optimizers import Sizes
-        from prompttune.dspy_bridge.search import dspy_settings
-
-        dspy_settings(name, config.budget, Sizes(len(context.train_ids), len(context.dev_ids)),
-                      config.optimizer_options)
+        dspy_arm(config, context)
         return DspyStrategy
     if name not in OPTIMIZERS:
         raise UserError(f"unknown optimizer {name!r}; choose from {', '.join([*OPTIMIZERS, *DSPY_ARMS])}")

@@ -19,7 +19,7 @@ import time
 from contextlib import ExitStack, closing, nullcontext
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -115,7 +115,8 @@ def checked_search(config: RunConfig, task: Task, space: SearchSpace, objective:
                    ) -> tuple[Task, SearchContext, Callable[[Setting], Strategy]]:
     """The checks a search passes before any model loads (dev split and budget, the strategy and its
     options, the proposer backend), and what they give: the task without its test split, the search
-    context and how to build the strategy. `optimize` and `optimize --dry-run` both call it."""
+    context and how to build the strategy. `optimize`, each `compare` arm at every seed's draw and both dry
+    runs call it."""
     require_dev_budget(config, task)
     visible = task.without_test()
     context = search_context(config, visible, space, objective)
@@ -124,12 +125,13 @@ def checked_search(config: RunConfig, task: Task, space: SearchSpace, objective:
     return visible, context, build_strategy
 
 
-def run_versions(config: RunConfig, backend: Backend) -> dict[str, str]:
+def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] = ()) -> dict[str, str]:
     """What produced the run, so whoever ships its prompt can reproduce it: prompttune, the model and how it
-    was served, and DSPy's release when a DSPy optimizer searched."""
+    was served, and DSPy's release when a DSPy optimizer searched (the run's, or one of `optimizers`: a
+    comparison's arms)."""
     versions = {"prompttune": __version__, "model": config.model, "dtype": config.dtype, "backend": config.backend,
                 "backend description": backend.describe()}
-    if config.optimizer in DSPY_ARMS:
+    if any(name in DSPY_ARMS for name in (config.optimizer, *optimizers)):
         versions["dspy"] = importlib.metadata.version("dspy")
     return versions
 

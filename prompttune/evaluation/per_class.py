@@ -35,18 +35,25 @@ class ClassLoss:
 
 @dataclass
 class PerClass:
-    """Per-class test figures of the baseline, the shipped prompt and the dev winner (each once)."""
+    """Per-class test figures of prompts scored on the same examples, the first the reference the others are
+    measured against: a run's baseline, shipped prompt and dev winner (each once), or an evaluated set."""
 
     margin: float
-    prompts: dict[str, str]  # role (baseline, shipped, dev winner) -> candidate id
+    prompts: dict[str, str]  # role (baseline, shipped, dev winner; an evaluated prompt's name) -> candidate id
     classes: list[ClassFigures]
 
     @property
+    def reference(self) -> str:
+        """The role every other prompt is measured against: the first (a run's baseline)."""
+        return next(iter(self.prompts))
+
+    @property
     def losses(self) -> list[ClassLoss]:
-        """Every (prompt, class) whose recall drops more than `margin` below the baseline's."""
-        return [ClassLoss(role, c.label, c.recall["baseline"], c.recall[role])
-                for role in self.prompts if role != "baseline" for c in self.classes
-                if c.recall["baseline"] - c.recall[role] > self.margin]
+        """Every (prompt, class) whose recall drops more than `margin` below the reference's."""
+        ref = self.reference
+        return [ClassLoss(role, c.label, c.recall[ref], c.recall[role])
+                for role in self.prompts if role != ref for c in self.classes
+                if c.recall[ref] - c.recall[role] > self.margin]
 
     def warning(self) -> str | None:
         """One line naming each lost class, or None."""
@@ -72,6 +79,12 @@ def _figures(label: int, name: str, records: dict[str, list[Record]]) -> ClassFi
     return ClassFigures(name, n, recall, precision)
 
 
+def class_figures(records: dict[str, list[Record]], prompts: dict[str, str], labels: list[str],
+                  margin: float) -> PerClass:
+    """Per-class figures of each role's records (all on the same examples); the first role is the reference."""
+    return PerClass(margin, prompts, [_figures(k, name, records) for k, name in enumerate(labels)])
+
+
 def per_class(verdict: Verdict, labels: list[str], margin: float) -> PerClass:
     """The baseline, then the shipped prompt and the dev winner where they differ from it (and the
     dev winner only where it was scored on test)."""
@@ -79,5 +92,4 @@ def per_class(verdict: Verdict, labels: list[str], margin: float) -> PerClass:
     for role, candidate in (("shipped", verdict.shipped), ("dev winner", verdict.dev_winner)):
         if candidate.id not in roles.values() and candidate.id in verdict.records:
             roles[role] = candidate.id
-    records = {role: verdict.records[cid] for role, cid in roles.items()}
-    return PerClass(margin, roles, [_figures(k, name, records) for k, name in enumerate(labels)])
+    return class_figures({role: verdict.records[cid] for role, cid in roles.items()}, roles, labels, margin)

@@ -15,7 +15,9 @@ from prompttune.comparing.arms import DSPY_ARMS, ArmRun
 from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores, SeedPair
+from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text
+from prompttune.reports.optimize_report import lost_classes, versions_lines
 
 if TYPE_CHECKING:
     from prompttune.engine.comparison import Comparison
@@ -67,7 +69,7 @@ HEADER = ["optimizer", "guarded: test acc (mean)", "95% CI", "gain vs baseline",
 TERMINAL = (0, 1, 2, 5, 6, 10, 12, 13, 14, 15, 16)  # the columns that fit a terminal; report.md has them all
 
 
-def _caps_text(caps: list[Cap]) -> str:
+def caps_text(caps: list[Cap]) -> str:
     """E.g. '2000 search calls' or '300000 search tokens (and a ceiling of 4000 search calls)'."""
     ceilings = "".join(f" (and a ceiling of {cap.limit} search {cap.unit})" for cap in caps[1:])
     return f"{caps[0].limit} search {caps[0].unit}{ceilings}"
@@ -94,6 +96,35 @@ def seed_row(run: ArmRun) -> list[str]:
             f"{run.confirmation.best_accuracy:.3f}", str(run.search.calls), str(run.foreign_calls),
             str(run.search.tokens), f"{run.served.requests} / {run.served.tokens}",
             "yes" if run.stopped_by_budget else "no"]
+
+
+CLASS_FLAG_HEADER = ["optimizer", "seeds flagged", "classes lost (seed: baseline recall → the pick's)"]
+CLASS_FLAG_NOTE = ("Per seed, the arm's pick (raw: the dev winner or DSPy's program, shipped or not) against the "
+                   "baseline on the seed's test split, class by class: flagged where its recall on a class falls "
+                   "more than {margin} (`--class-loss-margin`) below the baseline's, even when the total wins. Each "
+                   "run's report gives every class's recall and precision.")
+
+
+def class_flag_cells(arm: str, figures: list[tuple[int, PerClass]]) -> list[str]:
+    """One arm's row of the classes-lost table, from each seed's per-class figures (report.md, report.html and
+    the terminal alike)."""
+    flagged = [(seed, f.losses) for seed, f in figures if f.losses]
+    return [arm, f"{len(flagged)}/{len(figures)}",
+            "; ".join(f"seed {seed}: {lost_classes(losses)}" for seed, losses in flagged) or "–"]
+
+
+def _class_figures(c: "Comparison") -> dict[str, list[tuple[int, PerClass]]]:
+    """Per arm, each seed's per-class figures (arms saved before they were recorded have none)."""
+    return {arm: [(r.seed, r.per_class) for r in c.runs if r.arm == arm and r.per_class is not None]
+            for arm in c.arms}
+
+
+def _class_flag_section(c: "Comparison") -> list[str]:
+    figures = {arm: f for arm, f in _class_figures(c).items() if f}
+    if not figures:
+        return []
+    return ["## Classes lost", "", CLASS_FLAG_NOTE.format(margin=c.config.class_loss_margin), "",
+            *_table(CLASS_FLAG_HEADER, [class_flag_cells(arm, f) for arm, f in figures.items()]), ""]
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -226,6 +257,7 @@ def write_report(comparison: "Comparison") -> None:
         *_table([*SEED_HEADER, "run directory"],
                 [[*seed_row(r), f"`{r.run_dir.relative_to(c.run_dir)}`"] for r in c.runs]),
         "",
+        *_class_flag_section(c),
         *_seed_pair_section(c),
         *equal_spend_lines(_equal_spend_json(c)),
     ]
@@ -247,7 +279,7 @@ def write_report(comparison: "Comparison") -> None:
               "incumbent; DSPy arms: the best program scored on the whole dev split).", "",
               "![anytime curves](anytime.png)", ""]
     lines += ["## Fairness", "",
-              f"Every arm was matched on {matched.unit}: a hard cap of {_caps_text(c.caps)} per run"
+              f"Every arm was matched on {matched.unit}: a hard cap of {caps_text(c.caps)} per run"
               + (", the call figure being what the optimizers plan with" if matched.unit == "tokens" else "")
               + "; held-out confirmation is not charged to the search. Every run shared one loaded model and "
               "one result cache, seen through a per-run view that charges a hit on another run's entry like "
@@ -256,7 +288,7 @@ def write_report(comparison: "Comparison") -> None:
               "counted every request and token it served to each search, independently of the ledgers, and "
               "checked every such request for test texts. A warning does not fail the comparison.", ""]
     lines += [f"- {MARK[check.status]} {check.claim} ({check.detail})" for check in c.checks]
-    lines += ["", *_dspy_section(c)]
+    lines += ["", *versions_lines(c.versions), *_dspy_section(c)]
     (c.run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (c.run_dir / "summary.json").write_text(json.dumps(_summary_json(c), indent=2))
 
@@ -280,13 +312,16 @@ def _summary_json(c: "Comparison") -> dict:
                             "shared_cache_tokens_charged": r.foreign_tokens, "served_by_model": asdict(r.served),
                             "baseline_sha256": fingerprint(asdict(r.baseline)),
                             "test_ids_sha256": fingerprint(sorted(r.test_ids)), "stopped_by_budget": r.stopped_by_budget,
-                            "wall_seconds": r.wall_seconds, "anytime": r.anytime} for r in s.runs]}
+                            "wall_seconds": r.wall_seconds, "anytime": r.anytime,
+                            "per_class": r.per_class.to_dict() if r.per_class else None} for r in s.runs]}
                  for s in c.summaries],
+        "class_loss_margin": c.config.class_loss_margin,
         "seed_pairs": [_seed_pair_json(t) for t in c.seed_pairs],
         "equal_spend": _equal_spend_json(c),
         "pairwise": [{"first": t.first, "second": t.second, "seed": t.seed, "b": t.comparison.b,
                       "c": t.comparison.c, "p": t.comparison.p_two_sided, "p_bh": t.p_bh} for t in c.pairs],
         "fairness": [{"claim": k.claim, "ok": k.ok, "status": k.status, "detail": k.detail} for k in c.checks],
+        "versions": c.versions,
     }
 
 
@@ -307,6 +342,11 @@ def print_summary(comparison: "Comparison", console: Console) -> None:
         seeds.add_row(*(row[i] for i in SEED_TERMINAL))
     console.print(seeds)
     console.print(f"baseline test accuracy {c.runs[0].confirmation.baseline_accuracy:.3f}")
+    for arm, figures in _class_figures(c).items():
+        _, seeds, lost = class_flag_cells(arm, figures)
+        if lost != "–":
+            console.print(f"[yellow]⚠[/] {arm}'s pick loses a class beyond the margin {c.config.class_loss_margin} "
+                          f"at {seeds} seeds: {escape(lost)}", highlight=False)
     for arm, cov in c.coverage.items():
         console.print(f"{arm} searched {', '.join(cov.searched)}; held {', '.join(cov.held) or 'nothing'}")
     colour = {"ok": "green", "failed": "red", "warning": "yellow"}

@@ -15,8 +15,10 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
+from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import sensitivity_quantiles
 from prompttune.reports import ci_text
+from prompttune.reports.optimize_report import lost_classes, versions_lines
 
 if TYPE_CHECKING:
     from prompttune.engine.evaluation import EvaluationResult, SettingResult
@@ -71,6 +73,25 @@ def plot_accuracies(result: "EvaluationResult", path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+CLASS_LOSS_HEADER = ["#", "prompt", "classes lost (the first prompt's recall → its own)"]
+CLASS_LOSS_NOTE = ("Per class, each prompt's recall against the first prompt's ({reference}) on the same examples: "
+                   "flagged where it falls more than {margin} (`--class-loss-margin`) below, even when its total is "
+                   "higher. summary.json has every class's recall and precision per prompt.")
+
+
+def class_loss_rows(figures: PerClass) -> list[list[object]]:
+    """Per prompt after the first: the classes it loses against the first (report.md and report.html alike)."""
+    return [[i, role, lost_classes(loss for loss in figures.losses if loss.prompt == role) or "–"]
+            for i, role in enumerate(figures.prompts, start=1) if role != figures.reference]
+
+
+def _class_loss_lines(figures: PerClass) -> list[str]:
+    return ["### Classes lost against the first prompt", "",
+            CLASS_LOSS_NOTE.format(reference=figures.reference, margin=figures.margin), "",
+            "| " + " | ".join(CLASS_LOSS_HEADER) + " |", "|" + " --- |" * len(CLASS_LOSS_HEADER),
+            *("| " + " | ".join(map(str, row)) + " |" for row in class_loss_rows(figures)), ""]
+
+
 def _setting_section(result: "EvaluationResult", setting: "SettingResult") -> list[str]:
     s = setting.summary
     lines = [f"## Per prompt — {setting.scoring}", "", f"Scoring: {SCORING_NOTES[setting.scoring]}.", "",
@@ -86,7 +107,7 @@ def _setting_section(result: "EvaluationResult", setting: "SettingResult") -> li
               f"Friedman χ² {_num(s.friedman_stat, 2)} (p = {_p(s.friedman_p)}) over "
               f"{len(result.example_ids)} examples. W near 1: the same prompts win on every example "
               f"(a real wording effect); near 0: prompt differences look like noise.", ""]
-    return lines
+    return lines + _class_loss_lines(setting.per_class)
 
 
 def _comparison_section(result: "EvaluationResult") -> list[str]:
@@ -168,7 +189,7 @@ def write_report(result: "EvaluationResult") -> None:
     lines += ["## Budget", "",
               f"{ledger.calls} model calls ({kinds}) and {ledger.tokens} tokens ({ledger.prompt_tokens} prompt + "
               f"{ledger.completion_tokens} completion), cap {ledger.cap_calls or 'none'}; cache hits are free. "
-              f"Wall time {result.wall_seconds:.0f} s.", "", "## Prompts", ""]
+              f"Wall time {result.wall_seconds:.0f} s.", "", *versions_lines(result.versions), "## Prompts", ""]
     for i, prompt in enumerate(result.prompts, start=1):
         lines += [f"{i}. **{prompt.name}**", "", "   ```text",
                   *(f"   {line}" for line in prompt.source.splitlines() or [""]), "   ```", ""]
@@ -200,8 +221,10 @@ def write_outputs(result: "EvaluationResult") -> None:
         "comparison": None if result.comparison is None else asdict(result.comparison),
         "ensembles": None if result.ensembles is None else [asdict(e) for e in result.ensembles],
         "posix": None if result.posix is None else result.posix.value,
+        "per_class": {s.scoring: s.per_class.to_dict() for s in result.settings},
         "ledger": result.ledger.summary(),
         "wall_seconds": result.wall_seconds,
+        "versions": result.versions,
     }
     (run / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
     plot_accuracies(result, run / "accuracy.png")
@@ -227,4 +250,7 @@ def print_summary(result: "EvaluationResult", console: Console) -> None:
         console.print(f"{c.a} vs {c.b}: top-{c.k} IoU {c.iou:.3f}  Spearman ρ {_num(c.spearman)}")
     if result.posix is not None:
         console.print(f"POSIX ψ {result.posix.value:.3f} over {len(result.posix.example_ids)} examples")
+    for s in result.settings:
+        if warning := s.per_class.warning():
+            console.print(f"warning ({s.scoring}, against the first prompt {s.per_class.reference}): {warning}")
     console.print(f"{result.ledger.calls} calls, {result.ledger.tokens} tokens · run directory: {result.run_dir}")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from rich.console import Console
 from rich.table import Table
 
 from prompttune.core.storage import write_atomic
-from prompttune.evaluation.per_class import PerClass
+from prompttune.evaluation.per_class import ClassLoss, PerClass
 from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
 from prompttune.reports import ci_text
@@ -154,17 +154,28 @@ def per_class_header(figures: PerClass) -> list[str]:
 
 
 def per_class_rows(figures: PerClass) -> list[list[str]]:
-    """Per class: n, each prompt's recall (its change from the baseline's beside it), precision, and the flag."""
+    """Per class: n, each prompt's recall (its change from the reference's beside it), precision, and the flag."""
     lost = {(loss.prompt, loss.label) for loss in figures.losses}
     rows = []
     for c in figures.classes:
-        base = c.recall["baseline"]
-        recall = [f"{c.recall[role]:.3f}" + ("" if role == "baseline" else f" ({c.recall[role] - base:+.3f})")
+        base = c.recall[figures.reference]
+        recall = [f"{c.recall[role]:.3f}" + ("" if role == figures.reference else f" ({c.recall[role] - base:+.3f})")
                   for role in figures.prompts]
         precision = ["–" if c.precision[role] is None else f"{c.precision[role]:.3f}" for role in figures.prompts]
         flag = ", ".join(f"{role} loses it" for role in figures.prompts if (role, c.label) in lost)
         rows.append([c.label, str(c.n), *recall, *precision, f"⚠ {flag}" if flag else ""])
     return rows
+
+
+def lost_classes(losses: Iterable[ClassLoss]) -> str:
+    """Each class lost, with the reference's recall and the prompt's, as the compact flag tables show it."""
+    return ", ".join(f"{loss.label} ({loss.baseline:.3f} → {loss.after:.3f})" for loss in losses)
+
+
+def versions_lines(versions: dict[str, str]) -> list[str]:
+    """The "Versions" section of report.md: what produced the run."""
+    return ["## Versions", "", "| component | version |", "| --- | --- |",
+            *[f"| {name} | `{value}` |" for name, value in versions.items()], ""]
 
 
 def _per_class_section(figures: PerClass | None) -> list[str]:
@@ -292,12 +303,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            if result.resumed else ""),
         "",
         *_servers_section(result.servers),
-        "## Versions",
-        "",
-        "| component | version |",
-        "| --- | --- |",
-        *[f"| {name} | `{value}` |" for name, value in result.versions.items()],
-        "",
+        *versions_lines(result.versions),
         "## Baseline (`baseline_prompt.json`, `baseline_prompt.txt`)",
         "",
         *[line for note in space.notes for line in (note, "")],

@@ -5,18 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 from prompttune.core.storage import read_json
+from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text
 from prompttune.reports.compare_report import (
+    CLASS_FLAG_HEADER,
+    CLASS_FLAG_NOTE,
     EQUAL_SPEND_NOTE,
     HEADER,
     MARK,
     MODE_TEXT,
     SEED_HEADER,
     SEED_PAIR_HEADER,
+    class_flag_cells,
     coverage_cells,
     seed_pair_cells,
     spend_cells,
 )
+from prompttune.reports.html.optimize_page import versions_section
 from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table
 
 
@@ -56,6 +61,18 @@ def _seed_rows(summary: dict, run_dir: Path) -> list[list[object]]:
     return rows
 
 
+def _class_flag_section(summary: dict) -> list[Html]:
+    """The classes each arm's pick lost against the baseline (absent in comparisons written before they were
+    recorded)."""
+    figures = {a["arm"]: [(r["seed"], PerClass.from_dict(r["per_class"])) for r in a["runs"] if r.get("per_class")]
+               for a in summary["arms"]}
+    rows = [class_flag_cells(arm, f) for arm, f in figures.items() if f]
+    if not rows:
+        return []
+    return [section("Classes lost", table(CLASS_FLAG_HEADER, rows),
+                    para(CLASS_FLAG_NOTE.format(margin=summary["class_loss_margin"]).replace("`", ""), "note"))]
+
+
 def _seed_pair_rows(summary: dict) -> list[list[object]]:
     return [seed_pair_cells(t) for t in summary["seed_pairs"]]
 
@@ -88,6 +105,7 @@ def compare_page(run_dir: Path) -> str:
                 table([*SEED_HEADER, "guarded gain [paired bootstrap CI]", "b / c", "McNemar p", "p (BH)",
                        "dev (selected)", "wall s", "run"], _seed_rows(summary, run_dir),
                       (1, 2, 4, 5, 6, 7, 8, 12, 13, 14, 15))),
+        *_class_flag_section(summary),
         *([section("Accuracy at equal spend", para(EQUAL_SPEND_NOTE.format(**summary["equal_spend"])),
                    table(["optimizer", "test acc of the pick (mean)", "95% CI", "per seed"],
                          [[a["arm"], f"{a['mean']:.3f}", ci_text(a["ci"]),
@@ -106,6 +124,7 @@ def compare_page(run_dir: Path) -> str:
         section("Fairness checks", Html(f"<ul>{checks}</ul>"),
                 para("Spend and caps are read at the model, independently of the ledgers; a warning fails nothing.",
                      "note")),
+        *versions_section(summary),
         para("Generated from summary.json and config.json; the McNemar tests between the leading arms and the DSPy "
              "notes are in report.md.", "note"),
     ]

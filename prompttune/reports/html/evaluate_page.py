@@ -7,10 +7,22 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.core.storage import read_json
+from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import top_two_gap
 from prompttune.reports import ci_text
-from prompttune.reports.evaluate_report import GAP_QUANTILES, POSIX_QUANTILES, SCORING_NOTES, _num, _p, _quantiles
-from prompttune.reports.html.page import Html, document, para, png_img, read_jsonl, section, table
+from prompttune.reports.evaluate_report import (
+    CLASS_LOSS_HEADER,
+    CLASS_LOSS_NOTE,
+    GAP_QUANTILES,
+    POSIX_QUANTILES,
+    SCORING_NOTES,
+    _num,
+    _p,
+    _quantiles,
+    class_loss_rows,
+)
+from prompttune.reports.html.optimize_page import versions_section
+from prompttune.reports.html.page import Html, document, esc, para, png_img, read_jsonl, section, table
 
 
 def _prompt_rows(prompts: list[dict], scoring: str) -> list[list[object]]:
@@ -21,6 +33,18 @@ def _prompt_rows(prompts: list[dict], scoring: str) -> list[list[object]]:
                      f"{s['valid_rate']:.3f}", _num(s["valid_accuracy"]), ci_text(s["valid_accuracy_ci"]),
                      _num(s["macro_f1"]), _num(s["median_gap"])])
     return rows
+
+
+def _class_losses(summary: dict, scoring: str) -> list[Html]:
+    """The classes each prompt loses against the first (absent in runs written before they were recorded)."""
+    if scoring not in summary.get("per_class", {}):
+        return []
+    figures = PerClass.from_dict(summary["per_class"][scoring])
+    warning = figures.warning()
+    return [Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>') if warning else
+            para(f"No class loses more than {figures.margin} against the first prompt.", "ok"),
+            table(CLASS_LOSS_HEADER, class_loss_rows(figures), (0,)),
+            para(CLASS_LOSS_NOTE.format(reference=figures.reference, margin=figures.margin).replace("`", ""), "note")]
 
 
 def _metrics(summary: dict) -> Html:
@@ -62,13 +86,15 @@ def evaluate_page(run_dir: Path) -> str:
         parts.append(section(f"Per prompt — {scoring}", para(f"Scoring: {SCORING_NOTES[scoring]}.", "note"),
                              table(["#", "prompt", "accuracy", "95% CI (Wilson)", "v (valid rate)", "a (accuracy of "
                                     "valid)", "95% CI", "macro-F1", "median top-two gap"],
-                                   _prompt_rows(prompts, scoring), (0, 2, 4, 5, 7, 8))))
+                                   _prompt_rows(prompts, scoring), (0, 2, 4, 5, 7, 8)),
+                             *_class_losses(summary, scoring)))
     parts += [section("Sensitivity to the wording", _metrics(summary), *_sensitivity(run_dir, records, summary),
                       para("Spread: max − min accuracy over prompts; MaxP, AvgP: best and mean; CPS = MaxP·(1 − (MaxP − "
                            "AvgP)); Kendall's W near 1: the same prompts win on every example.", "note")),
               section("Budget", para(f"{summary['ledger']['calls']} model calls, "
                                      f"{summary['ledger']['prompt_tokens'] + summary['ledger']['completion_tokens']} "
                                      f"tokens; wall time {summary['wall_seconds']:.0f} s.")),
+              *versions_section(summary),
               para("Generated from prompts.jsonl, records.jsonl and summary.json; prompt texts are in report.md.",
                    "note")]
     subtitle = (f"Model {config['model']}; {len(prompts)} prompts on {n_examples} {config['split']} examples; "

@@ -316,8 +316,9 @@ def _class_changes_section(facts: dict) -> list[Html]:
                     para(per_class_note(figures.margin).replace("`", ""), "note"))]
 
 
-def _versions_section(facts: dict) -> list[Html]:
-    """What produced the run (absent in runs written before it was recorded)."""
+def versions_section(facts: dict) -> list[Html]:
+    """What produced the run, from its verdict.json or summary.json (absent in runs written before it was
+    recorded)."""
     versions = facts.get("versions")
     return [section("Versions", table(["component", "version"], list(versions.items())))] if versions else []
 
@@ -352,7 +353,7 @@ def optimize_page(run_dir: Path) -> str:
     else:
         parts.append(_test_section(records, labels, {"baseline": v["baseline"]}))
     parts += [_prompt_section(run_dir, facts, best_file), *_tokens_section(facts, config), _budget_section(facts, config),
-              *_versions_section(facts),
+              *versions_section(facts),
               para(f"Generated from {run_dir.name}/ (config.json, trials.jsonl, verdict.json, test_records.jsonl, "
                    "the prompt files); the same numbers in words: report.md.", "note")]
     splits = facts["splits"]
