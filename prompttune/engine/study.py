@@ -35,6 +35,7 @@ from prompttune.core.interrupt import (
     clear_interruption,
     interruption,
     mark_interrupted,
+    resumable_outage,
     stop_on_signals,
 )
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
@@ -338,3 +339,13 @@ def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace 
     return run_study(config, task=task, space=space, objective=objective, backend=backend, console=console,
                      progress=progress, handle_signals=handle_signals, cache_view=cache_view, resume_dir=run_dir)
 
+
+def with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
+    """Run; an outage's one line also says how to finish the run it stopped (`optimize --resume`). Not in
+    `run_study` itself: a compare arm's outage names `compare --resume` instead."""
+    try:
+        return run()
+    except BackendUnavailable as exc:
+        if exc.run_dir is None:
+            raise
+        raise resumable_outage(exc, f"optimize --resume {exc.run_dir}") from None
