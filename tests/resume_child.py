@@ -2,7 +2,9 @@
 line, slowed down so the parent can signal or kill it at a chosen point (test device only).
 
 Run: python -m tests.resume_child TMP_DIR optimize OPTIMIZER
-     python -m tests.resume_child TMP_DIR compare OPTIMIZER,OPTIMIZER,...
+     python -m tests.resume_child TMP_DIR compare OPTIMIZER,OPTIMIZER,... [OPTION ...]
+
+Options after the optimizers are passed on (`--jobs 2 --seeds 3` replaces the default `--seeds 2`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from pathlib import Path
 
 from prompttune.cli import main
+from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, study
 from tests.support import CountingBackend, oracle_config, oracle_for
 
@@ -24,11 +27,16 @@ class SlowBackend(CountingBackend):
         return super().score(requests)
 
 
+def slow_oracle(config: RunConfig) -> SlowBackend:
+    """The test device; a module function, so that `--jobs` workers can be handed it (pickled)."""
+    return SlowBackend(oracle_for(config))
+
+
 if __name__ == "__main__":
     folder, command, optimizers = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     config = oracle_config(folder)
-    study.build_backend = comparison.build_backend = lambda _: SlowBackend(oracle_for(config))  # the test device
+    study.build_backend = comparison.build_backend = slow_oracle
     which = ["--optimizer", optimizers] if command == "optimize" else ["--optimizers", optimizers, "--seeds", "2"]
     sys.exit(main([command, *which, "--task", config.task, "--budget", str(config.budget),
                    "--train-size", str(config.train_size), "--dev-size", str(config.dev_size),
-                   "--test-size", str(config.test_size), "--runs-dir", config.runs_dir]))
+                   "--test-size", str(config.test_size), "--runs-dir", config.runs_dir, *sys.argv[4:]]))

@@ -280,6 +280,69 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
     assert main(["compare", "--resume", str(whole.runs[0].run_dir)]) == 2
 
 
+def _processes_under(pid: int) -> set[int]:
+    """The processes `pid` started, and theirs (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+    found, todo = set(), [pid]
+    while todo:
+        found.update(new := children.get(todo.pop(), []))
+        todo.extend(new)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie that no one has reaped yet."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the worker processes in /proc (Linux)")
+def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_path: Path) -> None:
+    """`compare --jobs 2` stops as `--jobs 1` does: a first SIGINT, to the main process alone, stops every worker's
+    arm after its trial in flight (interim report, resumable), and the comparison exits with code 130, no worker
+    left behind; `--resume` then ends as an uninterrupted comparison."""
+    config = oracle_config(tmp_path / "whole")
+    whole = run_compare(config, ["random"], [0, 1, 2], {}, backend=oracle_for(config))
+    folder = tmp_path / "stopped"
+
+    def one_arm_finished_another_midway() -> bool:  # two workers, three arm-seeds of five trials each
+        arms = [a for a in folder.glob("runs/*-compare/arms/*") if a.is_dir()]
+        running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
+        return len(arms) > len(running) and any(2 <= len(lines(a / "trials.jsonl")) <= 3 for a in running)
+    child = _signal_when(folder, ["compare", "random", "--jobs", "2", "--seeds", "3"], one_arm_finished_another_midway,
+                         signal.SIGINT)
+    signalled, processes = time.monotonic(), _processes_under(child.pid)  # two workers, a resource tracker
+    _, stderr = child.communicate(timeout=60)
+    compare_dir = next(folder.glob("runs/*-compare"))
+    assert child.returncode == 130 and time.monotonic() - signalled < 10, stderr  # a few seconds, on a busy machine
+    assert stderr.strip().splitlines()[-1] == (f"interrupted: comparison stopped; the arms finished so far are kept: "
+                                               f"finish it with `compare --resume {compare_dir}`")
+    assert len(processes) >= 2
+    deadline = time.monotonic() + 2  # the resource tracker leaves once the main process has gone
+    while time.monotonic() < deadline and any(_alive(pid) for pid in processes):
+        time.sleep(0.02)
+    assert not [pid for pid in processes if _alive(pid)], "a process of the comparison outlived it"
+    arms = list(compare_dir.glob("arms/*/"))
+    stopped = [d for d in arms if not (d / ARM_FILE).is_file()]
+    assert stopped and len(stopped) < len(arms) and {run_status(d) for d in stopped} == {"interrupted"}
+    assert "stopped by SIGINT after the trial in flight" in {interruption(d)["reason"] for d in stopped}
+    paid = _cached_keys(compare_dir / "cache.sqlite")
+
+    backend = oracle_for(config)
+    resumed = resume_compare(compare_dir, backend=backend)
+    assert backend.calls == len(_cached_keys(whole.run_dir / "cache.sqlite") - paid)  # nothing paid twice
+    assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
+        (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
+    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+
+
 def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_path: Path) -> None:
     pytest.importorskip("dspy")
     config = oracle_config(tmp_path, budget=150, dev_size=50)

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from prompttune.backends.factory import add_backend_arguments
+from prompttune.backends.factory import add_backend_arguments, backend_options
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.evaluation.ledger import BudgetLedger
@@ -84,6 +84,16 @@ def add_class_loss_margin_argument(parser: argparse.ArgumentParser,
     parser.add_argument("--class-loss-margin", type=float, default=RUN_DEFAULTS.class_loss_margin, metavar="M",
                         help=f"flag a class whose {recall} drops more than M below {reference}'s, even when the "
                              "total wins")
+
+
+def run_config(args: argparse.Namespace, **fields: Any) -> RunConfig:
+    """The run that `add_run_arguments` and `add_search_arguments` describe, with a command's own `fields`."""
+    return RunConfig(
+        task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, seed=args.seed,
+        split_seed=args.split_seed, scoring=args.scoring, train_size=args.train_size, dev_size=args.dev_size,
+        test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, budget=args.budget,
+        budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
+        proposer_model=args.proposer_model, **backend_options(args), **fields)
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

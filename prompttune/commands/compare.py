@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
     add_class_loss_margin_argument,
     add_json_argument,
@@ -14,10 +13,10 @@ from prompttune.commands.common import (
     add_search_arguments,
     option_value,
     print_json,
+    run_config,
     spend_json,
 )
 from prompttune.comparing.coverage import MODES
-from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import Comparison, resume_compare, run_compare
@@ -69,12 +68,7 @@ def _compare(args: argparse.Namespace) -> int:
         arms = [name.strip() for name in args.optimizers.split(",") if name.strip()]
         if not arms:
             raise UserError("--optimizers names no optimizer")
-        config = RunConfig(
-            task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, budget=args.budget,
-            budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
-            proposer_model=args.proposer_model, seed=args.seed, split_seed=args.split_seed, scoring=args.scoring,
-            class_loss_margin=args.class_loss_margin, train_size=args.train_size, dev_size=args.dev_size,
-            test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+        config = run_config(args, class_loss_margin=args.class_loss_margin)
         seeds = list(range(args.seed, args.seed + args.seeds))
         if args.dry_run:
             print("\n".join(plan_compare(config, arms, seeds, parse_options(args.option), mode=args.mode,

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from prompttune.backends.factory import backend_options
 from prompttune.commands.common import (
     RUN_DEFAULTS,
     add_class_loss_margin_argument,
@@ -15,36 +14,17 @@ from prompttune.commands.common import (
     add_search_arguments,
     parse_option,
     print_json,
+    run_config,
     spend_json,
 )
-from prompttune.core.config import RunConfig
-from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.interrupt import resumable_outage
-from prompttune.dspy_bridge import DSPY_ARMS, require_dspy
+from prompttune.core.errors import UserError
+from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.plan import plan_run
 from prompttune.engine.results import RunResult
-from prompttune.engine.study import resume_study, run_study
-from prompttune.optimizers import OPTIMIZERS, get_optimizer
-from prompttune.optimizers.base import describe_options
-
-
-def _with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
-    """Run; an outage's one line also says how to finish the run it stopped."""
-    try:
-        return run()
-    except BackendUnavailable as exc:
-        if exc.run_dir is None:
-            raise
-        raise resumable_outage(exc, f"optimize --resume {exc.run_dir}") from None
-
-
-def _point_latest(run_dir: Path) -> None:
-    """`RUNS_DIR/latest` names the run that finished last, so the next command can say `runs/latest`."""
-    latest = run_dir.parent / "latest"
-    staged = run_dir.parent / f".latest-{run_dir.name}"
-    staged.unlink(missing_ok=True)
-    staged.symlink_to(run_dir.name)
-    staged.replace(latest)
+from prompttune.engine.setup import point_latest
+from prompttune.engine.strategies import strategy_options
+from prompttune.engine.study import resume_study, run_study, with_resume_hint
+from prompttune.optimizers import OPTIMIZERS
 
 
 def run_json(result: RunResult) -> dict[str, Any]:
@@ -61,8 +41,8 @@ def _optimize(args: argparse.Namespace) -> int:
     if args.resume and args.dry_run:
         raise UserError("--dry-run plans a new run; a --resume finishes one with its own settings")
     if args.resume:
-        result = _with_resume_hint(lambda: resume_study(Path(args.resume), progress=True, handle_signals=True))
-        _point_latest(result.run_dir)
+        result = with_resume_hint(lambda: resume_study(Path(args.resume), progress=True, handle_signals=True))
+        point_latest(result.run_dir)
         if args.json:
             print_json(run_json(result))
             return 0
@@ -70,30 +50,17 @@ def _optimize(args: argparse.Namespace) -> int:
               f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
         return 0
     if args.help_options:
-        if args.optimizer in DSPY_ARMS:
-            require_dspy(f"--optimizer {args.optimizer}")
-            from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
-            options = DSPY_OPTIMIZERS[args.optimizer].Options
-        else:
-            options = get_optimizer(args.optimizer).Options
         print(f"options of {args.optimizer} (--option KEY=VALUE):")
-        print("\n".join(f"  {line}" for line in describe_options(options)))
+        print("\n".join(f"  {line}" for line in strategy_options(args.optimizer)))
         return 0
-    config = RunConfig(
-        task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, optimizer=args.optimizer,
-        optimizer_options=dict(parse_option(o) for o in args.option), budget=args.budget,
-        budget_tokens=args.budget_tokens, seed=args.seed, split_seed=args.split_seed,
-        scoring=args.scoring, objective=args.objective, alpha=args.alpha, confirm_top=args.confirm_top,
-        dev_alpha=args.dev_alpha, check_generation=args.check_generation,
-        max_prompt_tokens=args.max_prompt_tokens, class_loss_margin=args.class_loss_margin,
-        proposer_model=args.proposer_model,
-        train_size=args.train_size, dev_size=args.dev_size, test_size=args.test_size,
-        runs_dir=args.runs_dir, cache=args.cache, **backend_options(args))
+    config = run_config(args, optimizer=args.optimizer, optimizer_options=dict(parse_option(o) for o in args.option),
+                        confirm_top=args.confirm_top, dev_alpha=args.dev_alpha, check_generation=args.check_generation,
+                        max_prompt_tokens=args.max_prompt_tokens, class_loss_margin=args.class_loss_margin)
     if args.dry_run:
         print("\n".join(plan_run(config).lines()))
         return 0
-    result = _with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
-    _point_latest(result.run_dir)
+    result = with_resume_hint(lambda: run_study(config, progress=True, handle_signals=True))
+    point_latest(result.run_dir)
     if args.json:
         print_json(run_json(result))
         return 0

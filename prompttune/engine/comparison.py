@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, Sequence
@@ -27,7 +25,7 @@ from prompttune.comparing.plot import plot_anytime
 from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedPair, pairwise, seed_pairs, summarize
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.interrupt import RunInterrupted, resumable_outage
+from prompttune.core.interrupt import RunInterrupted, StopRequest, resumable_outage
 from prompttune.core.storage import read_json, write_atomic
 from prompttune.engine.setup import (
     RUN_DIR,
@@ -39,6 +37,7 @@ from prompttune.engine.setup import (
     require_dev_budget,
 )
 from prompttune.engine.study import checked_search, run_study, run_versions
+from prompttune.engine.workers import run_in_workers
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -52,11 +51,13 @@ from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 
 
-def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -> ArmRun:
+def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
+            stop: StopRequest | None = None) -> ArmRun:
     """One arm at one seed through the engine, on the shared model and a metered view of the shared
     cache; `resume_dir` finishes the arm an interrupted comparison left there. Either way the calls
     it paid for before are in the shared cache and its fresh metered view charges each of them once
-    more, so its totals equal an uninterrupted arm's."""
+    more, so its totals equal an uninterrupted arm's. `stop`: a worker's (`--jobs`), which follows the
+    main process's signals."""
     views: list[tuple[BudgetLedger, MeteredCache, int]] = []  # per ledger: its view, and the request log mark at opening
 
     def view(ledger: BudgetLedger) -> MeteredCache:
@@ -68,10 +69,10 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -
     result = run_study(bench.arm_config(arm, seed), task=bench.task if bench.in_memory else None,
                        backend=bench.backend, console=bench.console,
                        progress=bench.progress, handle_signals=bench.progress, cache_view=view,
-                       resume_dir=resume_dir)
+                       resume_dir=resume_dir, stop=stop)
     search, start = next((v, mark) for ledger, v, mark in views if ledger is result.search_ledger)
     # The search's view opens just before the search, the verdict's once the search has ended.
-    stop = next(mark for ledger, _, mark in views if ledger is result.confirm_ledger)
+    end = next(mark for ledger, _, mark in views if ledger is result.confirm_ledger)
     outcome, verdict = result.outcome, result.verdict
     # Some strategies (successive halving) name a leader only when a round finishes.
     anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
@@ -83,7 +84,7 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None) -
                   confirm_calls=result.confirm_ledger.calls, foreign_calls=search.foreign_calls,
                   foreign_tokens=search.foreign_tokens, anytime=anytime, stopped_by_budget=outcome.stopped_by_budget,
                   wall_seconds=result.wall_seconds, notes=[*outcome.notes, f"Verdict: {verdict.summary()}."],
-                  served=bench.backend.served(start, stop), test_ids=verdict.test_ids, leaders=outcome.leaders,
+                  served=bench.backend.served(start, end), test_ids=verdict.test_ids, leaders=outcome.leaders,
                   per_class=result.per_class)
 
 
@@ -178,9 +179,10 @@ class ArmJob:
     data: Task | None  # in-memory data, drawn again per seed
 
 
-def _run_job(job: ArmJob) -> Path:
+def _run_job(job: ArmJob, stop: StopRequest) -> Path:
     """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
-    the shared cache; the arm's directory (with arm.json) is the result."""
+    the shared cache, and a first signal stops it as it stops an arm of --jobs 1; the arm's directory
+    (with arm.json) is the result."""
     drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
                                             job.data)
     backend = job.backend_factory(drawn)
@@ -188,7 +190,7 @@ def _run_job(job: ArmJob) -> Path:
     try:
         bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
                       Console(quiet=True), in_memory=job.data is not None)
-        run = run_arm(bench, job.arm, job.seed, job.resume_dir)
+        run = run_arm(bench, job.arm, job.seed, job.resume_dir, stop)
         save_arm_run(run)
         return run.run_dir
     finally:
@@ -262,8 +264,9 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     tokens (`config.budget_tokens`; the call budget then stays what the optimizers plan with, and a
     ceiling). With `resume_dir` (an interrupted comparison), finished arms are read back and the
     others resumed or restarted. `progress` (the CLI) shows each arm's progress and summary, and lets
-    a first SIGINT/SIGTERM finish the arm's trial in flight and write its interim report; a library
-    call prints nothing and leaves signals alone. An arm that spent under 90% of the matched cap fails
+    a first SIGINT/SIGTERM finish the arm's trial in flight and write its interim report (every
+    worker's arm with `jobs` > 1: `prompttune.engine.workers`); a library call prints nothing and
+    leaves signals alone. An arm that spent under 90% of the matched cap fails
     the matched-budget check unless `allow_underspend`. `native_demos` K (native mode only) adds few-shot
     k ∈ {0, 2, …, K} to a space that declares no demos, so grid searchers can try demos too. `jobs` > 1
     runs that many arm-seeds at once in worker processes, each with its own model from
@@ -316,9 +319,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                            Path(config.cache or run_dir / "cache.sqlite"), earlier, backend_factory or build_backend,
                            data)
                     for arm, seed, earlier in todo]
-            with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-                for arm_dir in pool.map(_run_job, work):
-                    finished(load_arm_run(arm_dir))
+            run_in_workers(_run_job, work, jobs, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
+                           f"compare --resume {run_dir}")
         runs = [done[(arm, seed)] for arm in arms for seed in seeds]
         verdict_calls = _rescore_winners(benches, runs)
         equal_spend = _equal_spend(benches, runs, caps[0])

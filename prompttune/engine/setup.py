@@ -155,3 +155,10 @@ def new_run_dir(runs_dir: str, label: str) -> Path:
     return path
 
 
+def point_latest(run_dir: Path) -> None:
+    """`RUNS_DIR/latest` names the run that finished last, so the next command can say `runs/latest`."""
+    latest = run_dir.parent / "latest"
+    staged = run_dir.parent / f".latest-{run_dir.name}"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(run_dir.name)
+    staged.replace(latest)

@@ -15,8 +15,8 @@ from prompttune.core.storage import TrialStorage
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.evaluation.confirmation import Verdict
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, checked_optimizer, run_search
-from prompttune.optimizers.base import SearchOutcome
+from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, checked_optimizer, get_optimizer, run_search
+from prompttune.optimizers.base import SearchOutcome, describe_options
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate
 from prompttune.tasks.base import Task
@@ -117,3 +117,15 @@ def plan_strategy(config: RunConfig, context: SearchContext) -> Callable[[Settin
     def build(setting: Setting) -> Strategy:
         return OptimizerStrategy(optimizer_cls(setting.context, setting.proposer), setting.evaluator)
     return build
+
+
+def strategy_options(name: str) -> list[str]:
+    """The options of a prompttune optimizer or a DSPy arm, one line each (`optimize --help-options`)."""
+    if name in DSPY_ARMS:
+        from prompttune.dspy_bridge import require_dspy
+
+        require_dspy(f"--optimizer {name}")
+        from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
+
+        return describe_options(DSPY_OPTIMIZERS[name].Options)
+    return describe_options(get_optimizer(name).Options)

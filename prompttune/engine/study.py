@@ -35,6 +35,7 @@ from prompttune.core.interrupt import (
     clear_interruption,
     interruption,
     mark_interrupted,
+    resumable_outage,
     stop_on_signals,
 )
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
@@ -148,7 +149,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
               objective: Objective | None = None, backend: Backend | None = None,
               console: Console | None = None, progress: bool = False, handle_signals: bool = False,
               cache_view: CacheView | None = None, resume_dir: Path | None = None,
-              record: bool = True) -> RunResult:
+              record: bool = True, stop: StopRequest | None = None) -> RunResult:
     """One search and its held-out verdict.
 
     `task` and `space` default to what `config` names (files or built-ins); pass objects to run on
@@ -160,6 +161,9 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     Otherwise a private run-directory cache is used as is, while a `--cache` shared with other
     runs, and the cache an interrupted run filled (`resume_dir`), are seen through `MeteredCache`:
     a hit on an entry this run has not produced is charged like the call it replaces.
+
+    `stop` (without `handle_signals`): a request made elsewhere that the search polls; a `compare
+    --jobs` worker's follows its main process's signals (`prompttune.engine.workers`).
     """
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
@@ -181,8 +185,10 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         train = {ex.id: ex for ex in visible.splits["train"]}
         check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
-        stop = (resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}")) if handle_signals
-                else StopRequest(""))  # a library call: no handler, so nothing ever asks the search to stop
+        if handle_signals:
+            stop = resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}"))
+        elif stop is None:
+            stop = StopRequest("")  # a library call: no handler, so nothing ever asks the search to stop
         if run_dir:
             write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
         trials_before = set_aside_trials(run_dir) if resume_dir else None
@@ -335,3 +341,13 @@ def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace 
     return run_study(config, task=task, space=space, objective=objective, backend=backend, console=console,
                      progress=progress, handle_signals=handle_signals, cache_view=cache_view, resume_dir=run_dir)
 
+
+def with_resume_hint(run: Callable[[], RunResult]) -> RunResult:
+    """Run; an outage's one line also says how to finish the run it stopped (`optimize --resume`). Not in
+    `run_study` itself: a compare arm's outage names `compare --resume` instead."""
+    try:
+        return run()
+    except BackendUnavailable as exc:
+        if exc.run_dir is None:
+            raise
+        raise resumable_outage(exc, f"optimize --resume {exc.run_dir}") from None
