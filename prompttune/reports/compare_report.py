@@ -224,6 +224,13 @@ def _seed_pair_json(t: "SeedPair") -> dict:
             "p_cmh": t.p_cmh, "p_cmh_bh": t.p_cmh_bh}
 
 
+def _baselines(c: "Comparison") -> str:
+    """The baseline's test accuracy at each seed (each seed tests on its own draw), with Wilson intervals."""
+    firsts = {run.seed: run.confirmation for run in reversed(c.runs)}
+    return "; ".join(f"s{seed} {firsts[seed].baseline_accuracy:.3f} {ci_text(firsts[seed].baseline_ci)}"
+                     for seed in c.seeds)
+
+
 def write_report(comparison: "Comparison") -> None:
     c, config = comparison, comparison.config
     task_sizes = f"train {config.train_size} / dev {config.dev_size} / test {config.test_size}"
@@ -235,14 +242,14 @@ def write_report(comparison: "Comparison") -> None:
         f"{len(c.seeds)} seed(s)",
         "",
         f"Model `{config.model}`, scoring `{config.scoring}` for every arm's search and held-out verdict; "
-        f"splits {task_sizes} drawn once with split seed {config.split_seed} and shared by all arms; "
-        f"optimizer seeds {', '.join(map(str, c.seeds))}. Wall time {c.wall_seconds:.0f} s.",
+        f"splits {task_sizes}, each seed on its own draw shared by all its arms (optimizer seed → split seed: "
+        f"{', '.join(f'{seed} → {c.split_seeds[seed]}' for seed in c.seeds)}). Wall time {c.wall_seconds:.0f} s.",
         "",
         *_coverage_section(c),
         "## Held-out test accuracy",
         "",
-        f"Baseline prompt: {first.baseline_accuracy:.3f} on {first.n} test examples (Wilson 95% CI "
-        f"{ci_text(first.baseline_ci)}). Every arm is shown under two keep rules, both from the calls its verdict "
+        f"Baseline prompt, per seed's test split of {first.n} examples: "
+        f"{_baselines(c)}. Every arm is shown under two keep rules, both from the calls its verdict "
         f"made: raw is {KEEP_RULES['raw']}; guarded is what it ships {KEEP_RULES['guarded']}. "
         f"95% intervals: {c.summaries[0].interval}; p-values are exact McNemar of what each seed ships against "
         f"the baseline on the same test examples, Benjamini–Hochberg-corrected across arms within each seed. "
@@ -341,7 +348,7 @@ def print_summary(comparison: "Comparison", console: Console) -> None:
         row = seed_row(run)
         seeds.add_row(*(row[i] for i in SEED_TERMINAL))
     console.print(seeds)
-    console.print(f"baseline test accuracy {c.runs[0].confirmation.baseline_accuracy:.3f}")
+    console.print(f"baseline test accuracy per seed: {_baselines(c)}")
     for arm, figures in _class_figures(c).items():
         _, seeds, lost = class_flag_cells(arm, figures)
         if lost != "–":

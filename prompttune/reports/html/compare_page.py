@@ -94,8 +94,10 @@ def compare_page(run_dir: Path) -> str:
                 table(["optimizer", "searched", "held at the baseline", "options that hold it"],
                       _coverage_rows(summary))),
         section("Held-out test accuracy per optimizer",
-                para(f"Baseline prompt: {first['baseline_accuracy']:.3f} {ci_text(first['baseline_ci'])} on {first['n']} "
-                     "test examples. Raw: the arm's own pick (the dev winner, or DSPy's best program); guarded: what "
+                para(f"Baseline prompt, per seed's test split of {first['n']} examples: "
+                     + "; ".join(f"s{r['seed']} {r['confirmation']['baseline_accuracy']:.3f} "
+                                 f"{ci_text(r['confirmation']['baseline_ci'])}" for r in summary["arms"][0]["runs"])
+                     + ". Raw: the arm's own pick (the dev winner, or DSPy's best program); guarded: what "
                      "it ships after the verdict protocol (the raw pick if confirmed on test, else the baseline), "
                      "both from the calls its verdict made. p-values: exact McNemar of what each seed ships against "
                      "the baseline, Benjamini–Hochberg-corrected across arms within each seed."),
