@@ -76,7 +76,7 @@ MOVES = ("reflect", "grammar", "demos", "merge")
 
 
 class ReflectOptions(OptimizerOptions):
-    pool: int = Field(6, ge=2, description="prompts kept in the evolving pool")
+    pool: int = Field(8, ge=2, description="prompts kept in the evolving pool")
     screen_share: float = Field(0.3, gt=0, lt=1, description="share of the budget for the first screen")
     final_share: float = Field(0.4, gt=0, lt=1, description="share of the budget kept for the final race "
                                "(the pool on growing dev prefixes, then the finalists and the baseline)")
@@ -138,6 +138,7 @@ class ReflectiveRace(Optimizer):
         self.swapping = self.options.swap_demos and any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
         self.block = list(self.context.dev_ids[: self.first_block(self.context, self.options)])
         self.genomes: dict[str, Genome] = {}
+        self.built: dict[Genome, Candidate] = {}
         self.candidates: dict[str, Candidate] = {}
         self.pool: list[str] = []
         self.echoes: set[str] = set()  # calibrated twins that answer exactly as their raw prompt: no slot
@@ -341,6 +342,12 @@ class ReflectiveRace(Optimizer):
         return self._build(genome).id
 
     def _build(self, genome: Genome) -> Candidate:
+        """The candidate a genome stands for (built once: a child is keyed, then raced)."""
+        if genome not in self.built:
+            self.built[genome] = self._assemble(genome)
+        return self.built[genome]
+
+    def _assemble(self, genome: Genome) -> Candidate:
         grid = self.context.space.build(dict(genome.assignment))
         if genome.instruction is None and genome.demo_ids is None and not genome.calibrate:
             return grid
