@@ -87,9 +87,10 @@ def _compare(args: argparse.Namespace) -> int:
         return 1
     best = max(result.summaries, key=lambda s: s.guarded.accuracy)
     cap = result.caps[0]
+    baseline = sum({r.seed: r.confirmation.baseline_accuracy for r in result.runs}.values()) / len(result.seeds)
     print(f"{MODES[result.mode]}: {len(result.arms)} optimizers × {len(result.seeds)} seeds at {cap.limit} {cap.unit}: "
-          f"best mean guarded test accuracy {best.guarded.accuracy:.3f} ({best.arm}), baseline "
-          f"{result.runs[0].confirmation.baseline_accuracy:.3f}; report: {result.run_dir / 'report.md'}")
+          f"best mean guarded test accuracy {best.guarded.accuracy:.3f} ({best.arm}), baseline (mean over seeds) "
+          f"{baseline:.3f}; report: {result.run_dir / 'report.md'}")
     return 0
 
 

@@ -9,7 +9,8 @@ Three stages, sized to the budget:
    probabilities divided by the prompt's own bias on content-free inputs; 3 calls, the examples come
    from the cache). Ranking uses the gold label's log-probability margin, a dense paired score that
    separates prompts on fewer examples than 0/1 accuracy; the block is never smaller than
-   `min_examples` or 4 examples per class.
+   `min_examples` or 4 examples per class. The best `2 × pool` go on to a block twice as long and
+   the pool is cut there; a twin that answers exactly as its raw prompt takes no slot.
 2. **Evolve.** A pool of the best `pool` prompts. Each step picks a parent from the per-example
    Pareto front of the pool (as GEPA: a prompt best on some examples of the block, drawn in
    proportion to how many) and makes one child by one of four moves, each drawn in proportion to
@@ -21,8 +22,9 @@ Three stages, sized to the budget:
    another. The child (and its twin) is scored on the same block; it enters the pool when its
    margin beats the pool's worst. After `patience` rejected children the block grows by half, so the
    race spends its examples where the pool is hard to separate.
-3. **Final.** The `finalists` best by margin are scored on the dev split (all of it where the
-   budget allows) and ranked by the run's objective there; the driver's verdict tests the leader.
+3. **Final.** A race over the pool on doubling dev prefixes (the better half by margin goes on),
+   then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
+   afford, ranked by the run's objective there; the driver's verdict tests the leader.
 
 Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
