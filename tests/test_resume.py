@@ -304,9 +304,9 @@ def test_kill_9_mid_search_on_the_real_model_then_resume_gives_the_uninterrupted
         data_dir: Path, tmp_path: Path, embedded_model: Backend) -> None:
     """The issue's bar on a small scale: `optimize --task agnews` on the embedded model, killed with SIGKILL
     mid-search (after 3 of its 6 trials) and resumed, equals an uninterrupted run, and no paid call is made or
-    charged twice. The kill needs trials, not large ones: 30 dev examples each, 20 test examples."""
-    dev = 30
-    sizes = {"train_size": 50, "dev_size": dev, "test_size": 20}  # random search: 6 trials of 30 dev calls
+    charged twice. The kill needs trials, not large ones: 20 dev examples each, 20 test examples."""
+    dev = 20
+    sizes = {"train_size": 50, "dev_size": dev, "test_size": 20}  # random search: 6 trials of 20 dev calls
     argv = ["optimize", "--task", "agnews", "--optimizer", "random", "--data-dir", str(data_dir),
             "--budget", str(6 * dev), *(f"--{k.replace('_', '-')}={v}" for k, v in sizes.items()),
             "--runs-dir", str(tmp_path / "killed")]
