@@ -1,14 +1,19 @@
-"""Shared fixtures: tiny synthetic tasks, the real data dir for integration tests, fake OpenAI servers."""
+"""Shared fixtures: tiny synthetic tasks, the real data dir for integration tests, fake OpenAI servers, and the
+embedded model loaded once per session."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
 from tests.fake_openai import FakeServer
+
+if TYPE_CHECKING:
+    from prompttune.backends.base import Backend
+    from prompttune.backends.transformers_backend import TransformersBackend
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("PROMPTTUNE_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
@@ -28,3 +33,28 @@ def fakes() -> Iterator[list[FakeServer]]:
     yield servers
     for server in servers:
         server.stop()
+
+
+# -- the embedded model, loaded once -----------------------------------------------------------------
+# Reading the GGUF file (three times: tokenizer, config, weights) and converting it takes 10-25 s on 2
+# cores, and some twenty integration tests in eight files run the same model: they share one load per
+# session. A test wraps it in `tests.support.CountingBackend` for counts of its own; the model keeps no
+# state between calls that a result depends on (a test that changes `batch_size` or `prefix_reuse` puts
+# it back). Loading it from a run's config is still checked end to end in processes of their own: the
+# `optimize` child of test_resume's real-model test, test_integration's CLI run, the README API example.
+
+@pytest.fixture(scope="session")
+def embedded_model() -> Backend:
+    """The embedded model as `optimize` loads it by default: `build_backend(RunConfig())` (dtype auto)."""
+    from prompttune.backends.factory import build_backend
+    from prompttune.core.config import RunConfig
+
+    return build_backend(RunConfig())
+
+
+@pytest.fixture(scope="session")
+def embedded_model_fp32() -> TransformersBackend:
+    """The embedded model in fp32: the reference that other paths (prefix reuse, llama.cpp) are held to."""
+    from prompttune.backends.transformers_backend import TransformersBackend
+
+    return TransformersBackend(dtype="fp32")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.factory import build_backend
+from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.storage import JsonlStorage
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest
@@ -20,8 +20,8 @@ LABELS = (" World", " Sports", " Business", " Sci/Tech")
 
 
 @pytest.fixture(scope="module")
-def backend() -> CountingBackend:
-    return CountingBackend(build_backend(RunConfig()))
+def backend(embedded_model: Backend) -> CountingBackend:
+    return CountingBackend(embedded_model)
 
 
 def test_the_reserve_is_the_token_count_the_model_reports(backend: CountingBackend) -> None:

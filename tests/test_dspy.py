@@ -13,7 +13,7 @@ dspy = pytest.importorskip("dspy")
 
 from dspy.utils.exceptions import AdapterParseError  # noqa: E402
 
-from prompttune.backends.factory import build_backend  # noqa: E402
+from prompttune.backends.base import Backend  # noqa: E402
 from prompttune.cli import main  # noqa: E402
 from prompttune.comparing.arms import DSPY_ARMS  # noqa: E402
 from prompttune.comparing.coverage import REACH  # noqa: E402
@@ -291,11 +291,12 @@ def test_dspy_bfrs_arm_stopped_by_the_cap_keeps_its_best_full_dev_program(tmp_pa
 
 
 @pytest.mark.integration
-def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, tmp_path: Path) -> None:
+def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, tmp_path: Path,
+                                                                embedded_model: Backend) -> None:
     config = oracle_config(tmp_path).model_copy(update={
         "task": "agnews", "data_dir": str(data_dir), "budget": 30, "train_size": 20, "dev_size": 12,
         "test_size": 20})
-    backend = CountingBackend(build_backend(config))
+    backend = CountingBackend(embedded_model)
     result = run_compare(config, ["dspy-bfrs"], [0], {}, backend=backend, mode="native")
     run = result.runs[0]
     # Zero-shot and labeled-only programs (12 dev calls each), then bootstrapping until the cap.

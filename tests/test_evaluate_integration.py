@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prompttune.backends.factory import build_backend
+from prompttune.backends.base import Backend
 from prompttune.cli import main
+from prompttune.core.config import BackendConfig
 from prompttune.engine import evaluation as prompt_set
 from tests.support import CountingBackend
 
@@ -18,14 +19,16 @@ pytestmark = pytest.mark.integration
 SHIPPED = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "agnews_prompts.yaml"
 
 
-def test_evaluate_agnews_real_model(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_evaluate_agnews_real_model(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    embedded_model: Backend) -> None:
     shipped = yaml.safe_load(SHIPPED.read_text())
     prompts = tmp_path / "prompts.yaml"
     prompts.write_text(yaml.safe_dump({**shipped, "prompts": shipped["prompts"][:10]}))
     backends: list[CountingBackend] = []
 
-    def counting_backend(config):
-        backends.append(CountingBackend(build_backend(config)))
+    def counting_backend(config):  # the default model, which the session has loaded already
+        assert {name: getattr(config, name) for name in BackendConfig.model_fields} == BackendConfig().model_dump()
+        backends.append(CountingBackend(embedded_model))
         return backends[-1]
 
     monkeypatch.setattr(prompt_set, "build_backend", counting_backend)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.factory import build_backend
+from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.study import run_study
 from tests.support import CountingBackend
@@ -17,10 +17,11 @@ from tests.support import CountingBackend
 pytestmark = pytest.mark.integration
 
 
-def test_optimize_agnews_real_model_ledger_matches_backend_calls(data_dir: Path, tmp_path: Path) -> None:
+def test_optimize_agnews_real_model_ledger_matches_backend_calls(data_dir: Path, tmp_path: Path,
+                                                                 embedded_model: Backend) -> None:
     config = RunConfig(task="agnews", optimizer="random", data_dir=str(data_dir), budget=100, train_size=30, dev_size=24,
                        test_size=30, runs_dir=str(tmp_path))
-    backend = CountingBackend(build_backend(config))
+    backend = CountingBackend(embedded_model)
     result = run_study(config, backend=backend)
     run = result.run_dir
     for name in ("config.json", "trials.jsonl", "cache.sqlite", "best_prompt.json", "best_prompt.txt",

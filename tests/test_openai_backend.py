@@ -223,8 +223,8 @@ def agnews_prompts(data_dir: Path) -> list[Prompt]:
 
 
 @pytest.fixture(scope="module")
-def reference() -> TransformersBackend:
-    return TransformersBackend(dtype="fp32")
+def reference(embedded_model_fp32: TransformersBackend) -> TransformersBackend:
+    return embedded_model_fp32
 
 
 @pytest.fixture(scope="module")

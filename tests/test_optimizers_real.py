@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.factory import build_backend
+from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.study import run_study
 from tests.support import CountingBackend
@@ -27,8 +27,8 @@ OPTIONS = {
 
 
 @pytest.fixture(scope="module")
-def backend() -> CountingBackend:
-    return CountingBackend(build_backend(RunConfig()))
+def backend(embedded_model: Backend) -> CountingBackend:
+    return CountingBackend(embedded_model)
 
 
 @pytest.mark.parametrize("name", list(OPTIONS))

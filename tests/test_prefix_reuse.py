@@ -45,8 +45,8 @@ class RecordingBackend(Backend):
 
 
 @pytest.fixture(scope="module")
-def backend() -> TransformersBackend:
-    return TransformersBackend(dtype="fp32")
+def backend(embedded_model_fp32: TransformersBackend) -> TransformersBackend:
+    return embedded_model_fp32
 
 
 @pytest.fixture

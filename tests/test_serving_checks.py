@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from prompttune.backends.base import Backend
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -260,10 +261,11 @@ def test_check_generation_is_skipped_when_the_verdict_already_generated(tmp_path
 
 
 @pytest.mark.integration
-def test_check_generation_and_prompt_tokens_with_the_embedded_model(data_dir: Path, tmp_path: Path) -> None:
+def test_check_generation_and_prompt_tokens_with_the_embedded_model(data_dir: Path, tmp_path: Path,
+                                                                    embedded_model: Backend) -> None:
     config = RunConfig(task="agnews", data_dir=str(data_dir), optimizer="random", budget=24, train_size=20, dev_size=12,
                        test_size=12, check_generation=6, max_prompt_tokens=120, runs_dir=str(tmp_path))
-    result = run_study(config)
+    result = run_study(config, backend=embedded_model)
     check = result.generation_check
     assert check is not None and check.n == 6 and check.calls == 6 * len(check.prompts)
     for served in check.prompts:

@@ -107,6 +107,16 @@ def test_adjust_pvalues_holm_and_bh_by_hand():
     assert adjust_pvalues([]) == ([], [])
 
 
+def test_holm_steps_down_through_ties_and_caps_at_one():
+    """Holm is computed here, not by statsmodels (whose Holm runs a full garbage collection per call); the
+    values statsmodels gives, by hand: ties, the step-down stop, alpha and the cap at 1."""
+    # sorted 0.001*4, 0.02*3, 0.02*2 -> 0.06, 0.5*1; 0.02 > 0.05/3 stops the step-down after the first
+    assert adjust_pvalues([0.02, 0.02, 0.5, 0.001], "holm", 0.05) == ([False, False, False, True],
+                                                                      pytest.approx([0.06, 0.06, 0.5, 0.004]))
+    assert adjust_pvalues([0.9, 0.8], "holm") == ([False, False], [1.0, 1.0])
+    assert adjust_pvalues([0.01, 0.02, 0.03], "holm", 0.1)[0] == [True, True, True]
+
+
 def test_accuracy_sigma_and_selection_bias_scale():
     assert accuracy_sigma(0.7, 100) == pytest.approx(math.sqrt(0.21 / 100))
     assert selection_bias_scale(0.05, 1) == 0.0

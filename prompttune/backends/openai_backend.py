@@ -21,6 +21,7 @@ httpx with asyncio rather than the `openai` client: scoring needs non-standard f
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import asdict
@@ -93,8 +94,16 @@ def embedded_tokenizer_if_served(served: str) -> Any:
         return None
     if Path(served).name != gguf.name:
         return None
+    return _gguf_tokenizer(str(gguf))
+
+
+@functools.lru_cache(maxsize=1)
+def _gguf_tokenizer(path: str) -> Any:
+    """A GGUF file's tokenizer, read once per process: parsing the file takes seconds, and the backends
+    only read the tokenizer (chat templates, token counts), never change it, so they can share it."""
     from transformers import AutoTokenizer
 
+    gguf = Path(path)
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 

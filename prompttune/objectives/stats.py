@@ -126,8 +126,27 @@ def adjust_pvalues(
     """Correct a sweep's p-values: Holm controls the chance of any false accept, BH the false share."""
     if len(pvalues) == 0:
         return ([], [])
+    if method == "holm":
+        return _holm(pvalues, alpha)
     reject, corrected, _, _ = multipletests(list(pvalues), alpha=alpha, method=method)
     return ([bool(r) for r in reject], [float(p) for p in corrected])
+
+
+def _holm(pvalues: Sequence[float], alpha: float) -> tuple[list[bool], list[float]]:
+    """Holm's step-down, as statsmodels' `multipletests(method="holm")` computes it, without the full
+    garbage collection that function runs on every call (a fifth of a second in a large process,
+    paid by every held-out verdict).
+
+    >>> _holm([0.01, 0.04, 0.03], 0.05)
+    ([True, False, False], [0.03, 0.06, 0.06])
+    """
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p)
+    factors = np.arange(len(p), 0, -1)
+    reject, corrected = np.empty(len(p), dtype=bool), np.empty(len(p))
+    reject[order] = np.logical_and.accumulate(p[order] <= alpha / factors)  # up to the first that fails
+    corrected[order] = np.minimum(np.maximum.accumulate(p[order] * factors), 1.0)
+    return ([bool(r) for r in reject], [float(x) for x in corrected])
 
 
 def accuracy_sigma(acc: float, n: int) -> float:
