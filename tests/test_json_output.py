@@ -39,13 +39,19 @@ def test_compare_json_holds_each_arms_guarded_and_raw_means_and_the_checks(tmp_p
         assert {"guarded_test_accuracy", "raw_test_accuracy"} <= arm.keys()
         assert arm["runs"][0]["spend"]["calls"] <= result["cap"]["limit"] == 300
     assert result["checks"] and all(check["status"] == "ok" for check in result["checks"])
-    assert Path(result["run_dir"], "summary.json").is_file()
+    summary = json.loads(Path(result["run_dir"], "summary.json").read_text())
+    for arm, saved in zip(result["arms"], summary["arms"]):  # the class flags the report shows
+        assert [r["class_losses"] for r in arm["runs"]] == [r["per_class"]["losses"] for r in saved["runs"]]
 
 
 def test_evaluate_json_holds_each_prompts_scores(tmp_path, capsys, monkeypatch) -> None:
     sizes = {"train_size": 60, "dev_size": 60, "test_size": 90}  # evaluate's model config carries no split sizes
     monkeypatch.setattr(evaluation, "build_backend", lambda config: oracle_for(config.model_copy(update=sizes)))
-    result = _json_out(capsys, ["evaluate", "--sample", "3"], tmp_path)
+    result = _json_out(capsys, ["evaluate", "--sample", "3", "--class-loss-margin", "0"], tmp_path)
     prompts = result["settings"][0]["prompts"]
     assert len(prompts) == 3 and all(0 <= p["accuracy"] <= 1 for p in prompts)
     assert result["calls"] == 3 * 90 == 3 * result["examples"]
+    summary = json.loads(Path(result["run_dir"], "summary.json").read_text())
+    for setting in result["settings"]:  # the class flags the report shows, against the first prompt
+        assert setting["class_losses"] == summary["per_class"][setting["scoring"]]["losses"]
+    assert any(setting["class_losses"] for setting in result["settings"])  # margin 0: some class drops

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,8 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
 
 def comparison_json(result: Comparison) -> dict[str, Any]:
     """`compare --json`: per arm its guarded (what ships after the verdict) and raw (its dev pick) mean test
-    accuracies and spend, the matched cap and every fairness check."""
+    accuracies, per seed the classes its pick loses beyond the margin and its spend, the matched cap and
+    every fairness check."""
     cap = result.caps[0]
     return {"run_dir": str(result.run_dir), "mode": result.mode, "seeds": result.seeds, "alpha": result.config.alpha,
             "cap": {"unit": cap.unit, "limit": cap.limit},
@@ -48,6 +50,7 @@ def comparison_json(result: Comparison) -> dict[str, Any]:
                                 "baseline_test_accuracy": r.confirmation.baseline_accuracy,
                                 "shipped_test_accuracy": r.confirmation.best_accuracy,
                                 "p_value": r.raw_confirmation.comparison.p_one_sided,
+                                "class_losses": [asdict(loss) for loss in r.per_class.losses] if r.per_class else [],
                                 "spend": spend_json(r.search)} for r in s.runs]}
                      for s in result.summaries],
             "checks": [{"claim": c.claim, "status": c.status, "detail": c.detail} for c in result.checks]}

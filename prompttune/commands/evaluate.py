@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import asdict
 from typing import Any
 
 from prompttune.backends.factory import backend_options
@@ -16,7 +17,8 @@ from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_e
 
 
 def evaluation_json(result: EvaluationResult) -> dict[str, Any]:
-    """`evaluate --json`: each prompt's scores under each scoring, the set's spread, the spend."""
+    """`evaluate --json`: each prompt's scores under each scoring, the set's spread, the classes a prompt
+    loses against the first beyond the margin, the spend."""
     return {"run_dir": str(result.run_dir), "split": result.config.split, "examples": len(result.example_ids),
             "calls": result.ledger.calls, "tokens": result.ledger.tokens,
             "settings": [{"scoring": setting.scoring,
@@ -25,7 +27,8 @@ def evaluation_json(result: EvaluationResult) -> dict[str, Any]:
                           "prompts": [{"name": prompt.name, "accuracy": score.accuracy,
                                        "accuracy_ci": score.accuracy_ci, "valid_rate": score.valid_rate,
                                        "macro_f1": score.macro_f1}
-                                      for prompt, score in zip(result.prompts, setting.scores)]}
+                                      for prompt, score in zip(result.prompts, setting.scores)],
+                          "class_losses": [asdict(loss) for loss in setting.per_class.losses]}
                          for setting in result.settings]}
 
 
