@@ -41,9 +41,10 @@ class LlamaServer:
     at the same address.
 
     One thread by default: llama.cpp's threads spin while they wait for each other, so a second one
-    on a 2-core machine, where the test process (and anything else running) needs a core too, made a
-    one-token completion of a 40-token prompt about 25x slower (1.04 s against 0.043 s, measured
-    on this 2-core machine under load); the 135M model needs no more for the tests' short prompts."""
+    on a 2-core machine, where the test process (and anything else running) needs a core too, made
+    requests 6-8x slower (2 cores under load, medians of 6 interleaved rounds: 0.89 s against 0.11 s
+    for a top-20 log-prob completion of a 40-token prompt, 7.7 s against 1.2 s for 16 generated
+    tokens); the 135M model needs no more for the tests' short prompts."""
 
     def __init__(self, model: Path, threads: int = 1, port: int | None = None) -> None:
         self.command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
