@@ -199,9 +199,7 @@ class ReflectiveRace(Optimizer):
         if len(alive) > pool:
             alive = alive[: 2 * pool] + ([] if self.baseline.id in alive[: 2 * pool] else [self.baseline.id])
             self.block = list(self.context.dev_ids[: min(len(self.context.dev_ids), 2 * len(self.block))])
-            for key in alive:
-                if todo := self.missing(self.candidates[key], self.block):
-                    yield TrialRequest(self.candidates[key], todo, "screen, second block")
+            yield from self._complete(alive, self.block, "screen, second block")
         self.pool = self._by_margin(alive)[:pool]
         if self.baseline.id not in self.pool:  # the baseline stays a parent: edits start from it too
             self.pool[-1] = self.baseline.id
@@ -257,9 +255,7 @@ class ReflectiveRace(Optimizer):
             if left is not None and self._final_cost(alive, ids) > left:
                 break
             self.block = list(ids)
-            for key in alive:
-                if todo := self.missing(self.candidates[key], self.block):
-                    yield TrialRequest(self.candidates[key], todo, "final race")
+            yield from self._complete(alive, self.block, "final race")
             alive = self._by_margin(alive)[: max(self.options.finalists, (len(alive) + 1) // 2)]
         self.finalists = alive[: self.options.finalists]
         n, left = len(self.block), self.remaining_budget()
@@ -270,9 +266,7 @@ class ReflectiveRace(Optimizer):
             if key not in self.finalists and (left is None or
                                               self._final_cost([*self.finalists, key], self.final_ids) <= left):
                 self.finalists.append(key)
-        for key in self.finalists:
-            if todo := self.missing(self.candidates[key], self.final_ids):
-                yield TrialRequest(self.candidates[key], todo, "final")
+        yield from self._complete(self.finalists, self.final_ids, "final")
 
     # -- racing ------------------------------------------------------------------------------
     def _race(self, genome: Genome, purpose: str) -> Iterator[TrialRequest]:
@@ -305,9 +299,13 @@ class ReflectiveRace(Optimizer):
                 self.context.budget - self._final_reserve():
             return
         self.block = list(dev[: len(self.block) + extra])
-        for key in self.pool:
-            if todo := self.missing(self.candidates[key], self.block):
-                yield TrialRequest(self.candidates[key], todo, "race block grows")
+        yield from self._complete(self.pool, self.block, "race block grows")
+
+    def _complete(self, keys: Sequence[str], ids: Sequence[str], purpose: str) -> Iterator[TrialRequest]:
+        """Score each of `keys` on the examples of `ids` it has not been scored on."""
+        for key in keys:
+            if todo := self.missing(self.candidates[key], ids):
+                yield TrialRequest(self.candidates[key], todo, purpose)
 
     def _answers_alike(self, twin: str, raw: str) -> bool:
         pairs = zip(self.records(self.candidates[twin], self.block), self.records(self.candidates[raw], self.block))
