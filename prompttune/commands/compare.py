@@ -90,7 +90,7 @@ def _compare(args: argparse.Namespace) -> int:
         return 1
     best = max(result.summaries, key=lambda s: s.guarded.accuracy)
     cap = result.caps[0]
-    baseline = sum({r.seed: r.confirmation.baseline_accuracy for r in result.runs}.values()) / len(result.seeds)
+    baseline = sum(c.baseline_accuracy for c in result.baselines.values()) / len(result.seeds)
     print(f"{MODES[result.mode]}: {len(result.arms)} optimizers × {len(result.seeds)} seeds at {cap.limit} {cap.unit}: "
           f"best mean guarded test accuracy {best.guarded.accuracy:.3f} ({best.arm}), baseline (mean over seeds) "
           f"{baseline:.3f}; report: {result.run_dir / 'report.md'}")

@@ -39,6 +39,7 @@ from prompttune.engine.setup import (
 from prompttune.engine.study import checked_search, run_study, run_versions
 from prompttune.engine.workers import run_in_workers
 from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
@@ -120,6 +121,11 @@ class Comparison:
     equal_spend: EqualSpend | None = None
     versions: dict[str, str] = field(default_factory=dict)  # what produced it (engine.study.run_versions), once
 
+    @property
+    def baselines(self) -> dict[int, Confirmation]:
+        """Each seed's baseline on its own test draw (every arm of a seed tests the same baseline)."""
+        return {run.seed: run.confirmation for run in reversed(self.runs)}
+
 
 def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
     """Per-example test correctness of every winner, for the pairwise tests. Each run's
@@ -184,7 +190,7 @@ def _run_job(job: ArmJob, stop: StopRequest) -> Path:
     the shared cache, and a first signal stops it as it stops an arm of --jobs 1; the arm's directory
     (with arm.json) is the result."""
     drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
-                                            job.data)
+                                            job.data, check=False)
     backend = job.backend_factory(drawn)
     shared = ResultCache(job.cache)
     try:
@@ -215,16 +221,17 @@ class Draw(NamedTuple):
 
 
 def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]], mode: str,
-          split_seed: int, data: Task | None = None) -> Draw:
+          split_seed: int, data: Task | None = None, check: bool = True) -> Draw:
     """One seed's data draw (of the task `config` names, or of in-memory `data`), its space and each
-    arm's coverage, every arm's run checked as `run_study` checks it before any model loads."""
+    arm's coverage; with `check`, every arm's run checked as `run_study` checks it before any model
+    loads (a worker's one arm is checked again by `run_study` itself)."""
     drawn = config.model_copy(update={"split_seed": split_seed})
     task = data.redraw(split_seed) if data is not None else load_run_task(drawn)
     require_dev_budget(drawn, task)
     space = load_space(drawn, task).bind(task.splits["train"])
     coverage = plan_coverage(arms, space, mode, options)
     contexts = {}
-    for arm in arms:
+    for arm in arms if check else ():
         arm_run_config = arm_config(drawn, arm, options, coverage)
         contexts[arm] = checked_search(arm_run_config, task, load_space(arm_run_config, task))[1]
     return Draw(drawn, task, space, coverage, contexts)
@@ -383,7 +390,7 @@ def _same_coverage(config: RunConfig, before: list[str], after: list[str], optio
                    mode: str, data: Task | None) -> None:
     """An added arm may not change what the others search (same-space mode shares the dimensions
     every arm can search): their runs would no longer be comparable with its."""
-    space = _draw(config, after, options, mode, config.split_seed, data).space
+    space = _draw(config, after, options, mode, config.split_seed, data, check=False).space
     old, new = plan_coverage(before, space, mode, options), plan_coverage(after, space, mode, options)
     if changed := [arm for arm in before if old[arm].searched != new[arm].searched]:
         raise UserError(f"adding {', '.join(a for a in after if a not in before)} would change what "

@@ -226,8 +226,8 @@ def _seed_pair_json(t: "SeedPair") -> dict:
 
 def _baselines(c: "Comparison") -> str:
     """The baseline's test accuracy at each seed (each seed tests on its own draw), with Wilson intervals."""
-    firsts = {run.seed: run.confirmation for run in reversed(c.runs)}
-    return "; ".join(f"s{seed} {firsts[seed].baseline_accuracy:.3f} {ci_text(firsts[seed].baseline_ci)}"
+    baselines = c.baselines
+    return "; ".join(f"s{seed} {baselines[seed].baseline_accuracy:.3f} {ci_text(baselines[seed].baseline_ci)}"
                      for seed in c.seeds)
 
 
