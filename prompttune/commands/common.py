@@ -20,7 +20,7 @@ RUN_DEFAULTS = RunConfig()
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that loads a task and a model."""
     # --task keeps a default (the README's first command runs without one); the help says which.
-    parser.add_argument("--task", default=RUN_DEFAULTS.task, help="agnews, sst2, or a task YAML file")
+    parser.add_argument("--task", default=RUN_DEFAULTS.task, help="agnews, sst2, trec, or a task YAML file")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
     parser.add_argument("--space", help="search-space YAML file (default: the task's built-in space)")
     add_prompt_argument(parser)

@@ -28,7 +28,7 @@ from prompttune.tasks.builtin import BUILTIN
 def _add_task_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", help="search-space YAML file (default: the space optimize derives for "
                                                 "--task, around its prompt where it has one)")
-    parser.add_argument("--task", help="agnews, sst2, or a task YAML file (default: the file's `task`)")
+    parser.add_argument("--task", help="agnews, sst2, trec, or a task YAML file (default: the file's `task`)")
     parser.add_argument("--data-dir", help="local data folder (else $PROMPTTUNE_DATA_DIR, else the hub)")
     add_prompt_argument(parser)
     add_seed_arguments(parser)
@@ -51,10 +51,10 @@ def add_parser(subparsers: Any) -> None:
 
 def _load(args: argparse.Namespace) -> tuple[SearchSpace, Task]:
     if args.file is None and args.task is None:
-        raise UserError("give a space FILE or --task (agnews, sst2 or a task YAML file) for the space derived for it")
+        raise UserError("give a space FILE or --task (agnews, sst2, trec or a task YAML file) for the space derived for it")
     name = args.task or parse_space_file(args.file).task
     if name is None or (args.task is None and name not in BUILTIN):
-        raise UserError(f"{args.file}: pass --task (agnews, sst2 or a task YAML file)"
+        raise UserError(f"{args.file}: pass --task (agnews, sst2, trec or a task YAML file)"
                         + (f"; the space was written for {name!r}" if name else ""))
     task = load_task(name, args.data_dir, SplitSizes(args.train_size, args.dev_size, args.test_size),
                      args.split_seed)

@@ -14,9 +14,11 @@ from prompttune.tasks.base import Task
 from prompttune.tasks.user_prompt import UserPrompt
 
 _FIELD_NAMES = {"agnews": ["Article", "Text", "News", "Input"],
-                "sst2": ["Review", "Sentence", "Text", "Input"]}
+                "sst2": ["Review", "Sentence", "Text", "Input"],
+                "trec": ["Question", "Text", "Query", "Input"]}
 _OUTPUT_NAMES = {"agnews": ["Topic", "Answer", "Category"],
-                 "sst2": ["Sentiment", "Answer", "Label"]}
+                 "sst2": ["Sentiment", "Answer", "Label"],
+                 "trec": ["Type", "Answer type", "Category"]}
 _INSTRUCTIONS = {
     "agnews": ["Classify the topic of the news article as one of: {labels}.",
                "What is this news article about? Answer with one of: {labels}.",
@@ -24,6 +26,9 @@ _INSTRUCTIONS = {
     "sst2": ["Classify the sentiment of the review as one of: {labels}.",
              "Is this movie review {labels}?",
              "Read the review and say whether its sentiment is {labels}."],
+    "trec": ["Classify the type of answer the question asks for as one of: {labels}.",
+             "What kind of answer does this question expect? Answer with one of: {labels}.",
+             "Read the question and choose the type of its answer ({labels})."],
 }
 _GENERIC_INSTRUCTIONS = ["Classify the input as one of: {labels}.",
                          "Choose the correct label for the input ({labels})."]

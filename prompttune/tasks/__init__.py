@@ -12,7 +12,7 @@ from prompttune.tasks.user_prompt import UserPrompt
 
 def load_task(name_or_path: str, data_dir: str | Path | None = None,
               sizes: SplitSizes = SplitSizes(), seed: int = 0) -> Task:
-    """A built-in name (agnews, sst2) or the path of a task YAML file."""
+    """A built-in name (agnews, sst2, trec) or the path of a task YAML file."""
     if name_or_path in BUILTIN:
         return load_builtin(name_or_path, data_dir, sizes, seed)
     if name_or_path.endswith((".yaml", ".yml")):

