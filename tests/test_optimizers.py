@@ -45,6 +45,23 @@ def test_successive_halving_reproduces_the_seed_schedule() -> None:
     assert _true_accuracy(run) >= BEST_ACCURACY - 0.05
 
 
+@pytest.mark.parametrize("baseline_accuracy", [0.9, 0.3])
+def test_successive_halving_spends_its_budget_whether_or_not_the_baseline_survives(baseline_accuracy: float) -> None:
+    """The auto schedule keeps the baseline's top-up in reserve; a baseline that survives the first
+    round frees that reserve for one more survivor, so the spend is the same either way (≥ 90%,
+    the matched-budget bar of `compare`)."""
+    def accuracy(text: str) -> float:  # the space's first values make the baseline; the others score ≤ 0.54
+        baseline = text.startswith("Name the colour.\nInput: ") and text.rstrip().endswith("\nAnswer:")
+        return baseline_accuracy if baseline else oracle_accuracy(text) * 0.6
+    run = run_oracle("sh", 2000, sizes=SplitSizes(200, 300, 50), accuracy=accuracy)
+    last_round = run.optimizer.ranked
+    survived = any(c.id == run.optimizer.baseline.id for c in last_round)
+    assert survived == (baseline_accuracy > 0.5)
+    assert len(last_round) == 5 + survived
+    assert run.optimizer.schedule == [(16, 20), (5, 280)]
+    assert 1800 <= run.ledger.calls <= 2000
+
+
 def test_equal_candidates_rarely_ship_while_the_dev_winner_is_noise() -> None:
     """A/A: with identical true accuracy the dev leader is almost never the baseline (selection
     picks noise), but the held-out verdict confirms it in about α of runs, and then only it ships."""

@@ -59,7 +59,12 @@ def auto_schedule(budget: int, n_dev: int, space_size: int, eta: int, min_exampl
     k0 = 2
     while k0 < space_size and sum(k * b for k, b in zip(widths(k0 + 1), blocks)) <= budget:
         k0 += 1
-    return list(zip(widths(k0), blocks))
+    schedule = list(zip(widths(k0), blocks))
+    if len(schedule) > 1:  # ceil's steps leave budget over: it widens the last round, up to the one before
+        (k_last, b_last), k_before = schedule[-1], schedule[-2][0]
+        left = budget - sum(k * b for k, b in schedule)
+        schedule[-1] = (min(k_before, k_last + max(0, left) // b_last), b_last)
+    return schedule
 
 
 class SHOptions(OptimizerOptions):
@@ -122,7 +127,10 @@ class SuccessiveHalving(Optimizer):
         self.ranked = rank_by_score([(c, self.score_on(c, ids)) for c in self.survivors], self.baseline)
         self.survivors = self.ranked
         if self.round < len(self.schedule):
-            self.survivors = self.survivors[: self.schedule[self.round][0]]
+            width = self.schedule[self.round][0]
+            # The budget keeps the baseline's top-up in reserve; a surviving baseline frees it for one more.
+            width += any(c.id == self.baseline.id for c in self.survivors[:width])
+            self.survivors = self.survivors[:width]
 
     def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
         return {"round": min(self.round + 1, len(self.schedule))}
