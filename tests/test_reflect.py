@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import prompttune
@@ -15,7 +16,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Record, ScoreRequest, ScoreResult
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.optimizers.base import SearchContext
-from prompttune.optimizers.reflect import ReflectiveRace, margin
+from prompttune.optimizers.reflect import ReflectiveRace, gold_probability, margin, race_score
 from prompttune.search_spaces import default_space
 from tests.support import oracle_config, oracle_for, task_of
 
@@ -61,6 +62,30 @@ def test_the_margin_is_dense_and_bounded() -> None:
     assert margin(sure) == pytest.approx(3.9) and margin(unsure) == pytest.approx(0.2)  # both right, not alike
     assert margin(record(0, 1, (-50.0, -0.01, -9.0))) == -10.0  # clipped: one confident error cannot swamp a block
     assert margin(record(1, 1, None)) == 1.0 and margin(record(1, None, None)) == -1.0  # generated answers
+
+
+def test_race_scores_rank_as_documented() -> None:
+    """probability: dense and bounded (a confident error costs at most one example); tiebreak: the
+    objective decides, and the margin only orders prompts the objective ties."""
+    def record(gold: int, pred: int | None, scores: tuple[float, ...] | None) -> Record:
+        return Record("x", gold, pred, scores, None, 10, 1, False)
+    sure, unsure = record(0, 0, (-0.1, -4.0, -5.0)), record(0, 0, (-1.0, -1.2, -3.0))
+    assert gold_probability(sure) > gold_probability(unsure) > 0.5
+    assert 0.0 <= gold_probability(record(0, 1, (-50.0, -0.01, -9.0))) < 1e-20
+    assert gold_probability(record(1, 1, None)) == 1.0 and gold_probability(record(1, None, None)) == 0.0
+
+    def accuracy(records) -> float:
+        return sum(r.correct for r in records) / len(records)
+    wrong_confident = record(1, 0, (-0.01, -50.0, -50.0))
+    right_barely, wrong_barely = record(0, 0, (-0.69, -0.70, -9.0)), record(1, 0, (-0.69, -0.70, -9.0))
+    two_right = [sure, right_barely, wrong_confident]  # 2/3 right, one confident error
+    one_right = [sure, wrong_barely, wrong_barely]  # 1/3 right, errors by a hair
+    assert race_score("margin", two_right, accuracy) < race_score("margin", one_right, accuracy)  # margin flips it
+    assert race_score("tiebreak", two_right, accuracy) > race_score("tiebreak", one_right, accuracy)
+    assert race_score("objective", [sure], accuracy) == race_score("objective", [unsure], accuracy)
+    assert race_score("tiebreak", [sure], accuracy) > race_score("tiebreak", [unsure], accuracy)
+    assert race_score("probability", two_right, accuracy) == pytest.approx(
+        np.mean([gold_probability(r) for r in two_right]))
 
 
 def test_the_first_race_block_has_four_examples_per_class() -> None:
