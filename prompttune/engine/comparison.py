@@ -255,8 +255,22 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     draws = {seed: _draw(config, arms, options, mode, split_seed, data)
              for seed, split_seed in split_seeds(config, seeds).items()}
+    _require_distinct_tests(draws, config.test_size)
     check_paths(config.runs_dir, config.cache)
     return config, draws
+
+
+def _require_distinct_tests(draws: dict[int, Draw], test_size: int) -> None:
+    """Each seed must test on its own draw (the fairness check says so after the run): a test pool no
+    larger than --test-size hands every seed the same examples, so that is refused before any spend."""
+    seen: dict[frozenset[str], int] = {}
+    for seed, draw in draws.items():
+        ids = frozenset(ex.id for ex in draw.task.splits["test"])
+        if ids in seen:
+            raise UserError(f"seeds {seen[ids]} and {seed} would test on the same {len(ids)} examples: the task's "
+                            f"test pool is too small for --test-size {test_size} to differ by seed; lower "
+                            f"--test-size (below {len(ids)}) so that each seed draws its own test split")
+        seen[ids] = seed
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
