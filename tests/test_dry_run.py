@@ -123,3 +123,18 @@ def test_optimize_dry_run_shows_a_dspy_arms_sizing(tmp_path: Path, monkeypatch) 
     config = RunConfig(task=str(colours_task_file(tmp_path)), optimizer="dspy-bfrs", budget=300, train_size=60,
                        dev_size=60, test_size=90)
     assert any(line.startswith("DSPy settings: BootstrapFewShotWithRandomSearch") for line in plan.plan_run(config).lines())
+
+
+def test_compare_refuses_a_test_size_that_gives_every_seed_the_same_test_split(data_dir: Path, tmp_path: Path,
+                                                                               capsys) -> None:
+    """SST-2's test pool is its 872-example validation split: at --test-size 1000 every seed would
+    test on all of it, and the across-seed statistics would see no test sampling. Refused before any
+    model loads; 500 is fine."""
+    args = ["compare", "--task", "sst2", "--data-dir", str(data_dir), "--optimizers", "random,sh", "--seeds", "2",
+            "--budget", "400", "--dev-size", "100", "--runs-dir", str(tmp_path), "--dry-run"]
+    assert main([*args, "--test-size", "1000"]) == 2
+    err = capsys.readouterr().err
+    assert "seeds 0 and 1 would test on the same 872 examples" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+    comparison.check_compare(RunConfig(task="sst2", data_dir=str(data_dir), budget=400, dev_size=100, test_size=500),
+                             ["random", "sh"], [0, 1], {})
