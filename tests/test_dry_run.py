@@ -134,7 +134,7 @@ def test_compare_refuses_a_test_size_that_gives_every_seed_the_same_test_split(d
             "--budget", "400", "--dev-size", "100", "--runs-dir", str(tmp_path), "--dry-run"]
     assert main([*args, "--test-size", "1000"]) == 2
     err = capsys.readouterr().err
-    assert "seeds 0 and 1 would test on the same 872 examples" in err and len(err.strip().splitlines()) == 1
+    assert "seeds 0, 1 share a test split of 872 examples" in err and len(err.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
     comparison.check_compare(RunConfig(task="sst2", data_dir=str(data_dir), budget=400, dev_size=100, test_size=500),
                              ["random", "sh"], [0, 1], {})

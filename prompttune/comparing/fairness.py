@@ -228,7 +228,7 @@ def _same_within_seeds(claim: str, runs: list["ArmRun"], value: Callable[["ArmRu
     return Check(claim, not split, " | ".join(split) or f"one hash per seed for all {len(runs)} runs")
 
 
-def _distinct_draws_check(tasks: Mapping[int, Task]) -> Check:
+def distinct_draws_check(tasks: Mapping[int, Task]) -> Check:
     hashes = {seed: fingerprint(sorted(ex.id for ex in task.splits["test"])) for seed, task in tasks.items()}
     repeated = [seed for seed, h in hashes.items() if list(hashes.values()).count(h) > 1]
     return Check("each seed drew its own test split (hash of its test ids)", not repeated,
@@ -248,7 +248,7 @@ def fairness_checks(tasks: Mapping[int, Task], runs: list["ArmRun"], caps: list[
     checks = [
         Check("splits are disjoint at every seed", not overlapping, ", ".join(overlapping) or
               f"train {len(sizes['train'])} / dev {len(sizes['dev'])} / test {len(sizes['test'])} example ids per seed"),
-        *([_distinct_draws_check(tasks)] if len(tasks) > 1 else []),
+        *([distinct_draws_check(tasks)] if len(tasks) > 1 else []),
         _served_check(runs),
         *(_cap_check(cap, runs) for cap in caps),
         _full_spend_check(caps[0], runs, allow_underspend),

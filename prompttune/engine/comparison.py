@@ -20,7 +20,7 @@ from rich.console import Console
 from prompttune.backends.base import Backend
 from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
-from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, fairness_checks
+from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, distinct_draws_check, fairness_checks
 from prompttune.comparing.plot import plot_anytime
 from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedPair, pairwise, seed_pairs, summarize
 from prompttune.core.config import RunConfig
@@ -263,14 +263,12 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
 def _require_distinct_tests(draws: dict[int, Draw], test_size: int) -> None:
     """Each seed must test on its own draw (the fairness check says so after the run): a test pool no
     larger than --test-size hands every seed the same examples, so that is refused before any spend."""
-    seen: dict[frozenset[str], int] = {}
-    for seed, draw in draws.items():
-        ids = frozenset(ex.id for ex in draw.task.splits["test"])
-        if ids in seen:
-            raise UserError(f"seeds {seen[ids]} and {seed} would test on the same {len(ids)} examples: the task's "
-                            f"test pool is too small for --test-size {test_size} to differ by seed; lower "
-                            f"--test-size (below {len(ids)}) so that each seed draws its own test split")
-        seen[ids] = seed
+    check = distinct_draws_check({seed: draw.task for seed, draw in draws.items()})
+    if not check.ok:
+        pool = len(next(iter(draws.values())).task.splits["test"])
+        raise UserError(f"{check.detail} of {pool} examples: the task's test pool is too small for --test-size "
+                        f"{test_size} to differ by seed; lower --test-size (below {pool}) so that each seed draws "
+                        f"its own test split")
 
 
 def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
