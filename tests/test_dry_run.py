@@ -10,7 +10,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, plan
-from tests.support import CountingBackend, colours_task_file, oracle_for
+from tests.support import COLOURS, CountingBackend, colours_task_file, oracle_for
 
 
 def test_dry_run_prints_the_plan_and_charges_no_search_call(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -125,16 +125,20 @@ def test_optimize_dry_run_shows_a_dspy_arms_sizing(tmp_path: Path, monkeypatch) 
     assert any(line.startswith("DSPy settings: BootstrapFewShotWithRandomSearch") for line in plan.plan_run(config).lines())
 
 
-def test_compare_refuses_a_test_size_that_gives_every_seed_the_same_test_split(data_dir: Path, tmp_path: Path,
-                                                                               capsys) -> None:
-    """SST-2's test pool is its 872-example validation split: at --test-size 1000 every seed would
-    test on all of it, and the across-seed statistics would see no test sampling. Refused before any
-    model loads; 500 is fine."""
-    args = ["compare", "--task", "sst2", "--data-dir", str(data_dir), "--optimizers", "random,sh", "--seeds", "2",
-            "--budget", "400", "--dev-size", "100", "--runs-dir", str(tmp_path), "--dry-run"]
+def test_compare_refuses_a_test_size_that_gives_every_seed_the_same_test_split(tmp_path: Path, capsys) -> None:
+    """A task file whose split column gives test 60 rows: at --test-size 1000 every seed would test
+    on all of them, and the across-seed statistics would see no test sampling. Refused before any
+    model loads; 40 is fine."""
+    rows = [f"item {i:03d} is painted {c},{c},{'test' if i < 20 else 'dev' if i < 60 else 'train'}"
+            for i in range(120) for c in COLOURS]
+    (tmp_path / "split.csv").write_text("text,colour,split\n" + "\n".join(rows) + "\n")
+    task = tmp_path / "split.yaml"
+    task.write_text("name: split\ndata: split.csv\ntext_columns: [text]\nlabel_column: colour\nsplit_column: split\n")
+    args = ["compare", "--task", str(task), "--optimizers", "random,sh", "--seeds", "2", "--budget", "400",
+            "--train-size", "100", "--dev-size", "100", "--runs-dir", str(tmp_path / "runs"), "--dry-run"]
     assert main([*args, "--test-size", "1000"]) == 2
     err = capsys.readouterr().err
-    assert "seeds 0, 1 share a test split of 872 examples" in err and len(err.strip().splitlines()) == 1
-    assert list(tmp_path.iterdir()) == []
-    comparison.check_compare(RunConfig(task="sst2", data_dir=str(data_dir), budget=400, dev_size=100, test_size=500),
+    assert "seeds 0, 1 share a test split of 60 examples" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+    comparison.check_compare(RunConfig(task=str(task), budget=400, train_size=100, dev_size=100, test_size=40),
                              ["random", "sh"], [0, 1], {})

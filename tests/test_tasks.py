@@ -54,6 +54,22 @@ def test_real_shared_data_loads(data_dir: Path) -> None:
     assert all(e.id.startswith("sst2-validation") for e in sst2.splits["test"])
 
 
+def test_sst2_dev_comes_from_the_sentence_level_split_and_test_takes_what_dev_leaves(data_dir: Path) -> None:
+    """GLUE's SST-2 train split is parse-tree phrases (median 7 words), its validation split sentences
+    (19): dev drawn from the phrases picked prompts that lost on the sentences, so dev and test are
+    disjoint draws from the 872 validation sentences, and a test the pool cannot hold beside dev gets the rest."""
+    task = load_task("sst2", data_dir, SplitSizes(100, 300, 1000))
+    dev, test = task.splits["dev"], task.splits["test"]
+    assert all(e.id.startswith("sst2-validation") for e in dev + test)
+    assert all(e.id.startswith("sst2-train") for e in task.splits["train"])
+    assert (len(dev), len(test)) == (300, 572) and not {e.id for e in dev} & {e.id for e in test}
+    other = load_task("sst2", data_dir, SplitSizes(100, 300, 1000), seed=1)
+    assert {e.id for e in other.splits["test"]} != {e.id for e in test}
+    assert len(load_task("sst2", data_dir, SplitSizes(100, 200, 500)).splits["test"]) == 500
+    with pytest.raises(UserError, match="dev 872 takes all 872 examples"):
+        load_task("sst2", data_dir, SplitSizes(100, 872, 100))
+
+
 def test_agnews_entities_are_decoded_on_real_rows(data_dir: Path) -> None:
     pools = _agnews_local(data_dir)
     test = {e.id: e.fields["text"] for e in pools["test"]}
