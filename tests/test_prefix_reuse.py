@@ -133,3 +133,26 @@ def test_batch_composition_changes_no_score_in_fp32(backend: TransformersBackend
     batched, alone = scored_in_batches_of(16), scored_in_batches_of(1)
     assert [int(np.argmax(s.logprobs)) for s in batched] == [int(np.argmax(s.logprobs)) for s in alone]
     assert max(abs(a - b) for r, f in zip(batched, alone) for a, b in zip(r.logprobs, f.logprobs)) < 1e-4
+
+
+def test_appending_cache_decodes_what_stock_generate_decodes(backend: TransformersBackend, task: Task) -> None:
+    """Decoding on `_AppendLayer`s (views of buffers with room, no per-step concatenation) gives
+    stock `generate`'s tokens and log-probs bit for bit: greedy batches with a shared prefix and
+    padding, and a seeded sample long enough to outgrow the buffers once."""
+    plain = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:1]))
+    greedy = _requests(backend, task, [plain, plain.with_updates(chat=True)], "generate", n=3)
+    sampled = [GenerateRequest("Once upon a time, a cat", 96, temperature=1.0, seed=3)]
+    if not backend.append_cache:
+        pytest.skip("this transformers has no per-layer caches")
+    results = []
+    for append in (True, False):
+        backend.append_cache = append
+        try:
+            results.append([(r.text, r.token_logprobs, r.completion_tokens)
+                            for r in backend.generate(greedy) + backend.generate(sampled)])
+        finally:
+            backend.append_cache = True
+    assert results[0] == results[1]
+    assert results[0][-1][2] > 70  # the sample outgrew its first buffer (room for its prompt + 64 tokens)
+
