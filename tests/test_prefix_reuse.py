@@ -156,3 +156,26 @@ def test_appending_cache_decodes_what_stock_generate_decodes(backend: Transforme
     assert results[0] == results[1]
     assert results[0][-1][2] > 70  # the sample outgrew its first buffer (room for its prompt + 64 tokens)
 
+
+def test_a_kept_prefix_scores_what_a_fresh_one_scores(backend: TransformersBackend, task: Task) -> None:
+    """A prefix's states kept from an earlier call (as DSPy's threads send one program's valset in
+    many calls) give the scores computing it afresh gives, bit for bit, without its forward pass."""
+    spec = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:2]))
+    requests = _requests(backend, task, [spec], "score", n=3)
+
+    def scored() -> tuple[list[ScoreResult], int]:
+        before = backend.tokens_processed
+        return backend.score(requests), backend.tokens_processed - before
+
+    memo, backend.prefix_memo_bytes = backend.prefix_memo_bytes, 0
+    backend._prefixes.clear()
+    try:
+        fresh, fresh_tokens = scored()
+    finally:
+        backend.prefix_memo_bytes = memo
+    backend._prefixes.clear()
+    first, _ = scored()
+    kept, kept_tokens = scored()
+    assert first == kept == fresh
+    assert kept_tokens < fresh_tokens - 8  # the prefix did not run again

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -179,6 +180,9 @@ class TransformersBackend(TokenizerBackend):
     scored are exactly the full prompt's: a merge across the prefix/input boundary only shortens
     it. The prefix runs once, its key/value cache is expanded across each batch, and only the
     suffixes run, at their true positions. `prefix_reuse=False` forces the full-prompt path.
+    The states of recent prefixes are kept across calls, up to `prefix_memo_bytes` (the same
+    tokens give the same states, so a later call that shares one skips its forward pass: DSPy's
+    threads send one program's valset in many small calls, each with that program's prefix).
 
     Settings chosen from measurement (benchmarks/throughput.py): torch uses one thread per
     physical core unless `threads` or OMP_NUM_THREADS says otherwise (hyperthreads share a core's
@@ -210,6 +214,8 @@ class TransformersBackend(TokenizerBackend):
         self.max_batch_tokens = max_batch_tokens or (2048 if device == "cpu" else 8192)
         self.prefix_reuse = prefix_reuse
         self.append_cache = DynamicLayer is not None  # decode on `_AppendLayer`s (False: DynamicCache's own)
+        self.prefix_memo_bytes = 256 * 2**20  # recent prefixes' key/value states kept across calls (0: none)
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[KV, int]] = OrderedDict()
         self.tokens_processed = 0  # tokens run through the model (not padding): the work done
         if threads or "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(threads or physical_cores())
@@ -264,12 +270,23 @@ class TransformersBackend(TokenizerBackend):
         return groups + ([(0, rest)] if rest else [])
 
     def _prefix_states(self, tokens: list[int]) -> KV:
-        """Key/value states of the shared prefix, computed once per group."""
+        """Key/value states of the shared prefix: computed once per group, or kept from a recent call."""
+        key = tuple(tokens)
+        if key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            return self._prefixes[key][0]
         self.tokens_processed += len(tokens)
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([tokens], device=self.device), use_cache=True,
                              logits_to_keep=1)
-        return tuple((layer.keys, layer.values) for layer in out[self._cache_arg].layers)
+        kv = tuple((layer.keys, layer.values) for layer in out[self._cache_arg].layers)
+        size = sum(t.numel() * t.element_size() for pair in kv for t in pair)
+        if size <= self.prefix_memo_bytes:
+            self._prefixes[key] = (kv, size)
+            held = sum(n for _, n in self._prefixes.values())
+            while held > self.prefix_memo_bytes:
+                held -= self._prefixes.popitem(last=False)[1][1]
+        return kv
 
     def _cache(self, kv: KV, rows: int) -> DynamicCache:
         """A fresh cache holding the prefix for `rows` rows (a forward pass extends it in place)."""
