@@ -179,3 +179,14 @@ def test_a_kept_prefix_scores_what_a_fresh_one_scores(backend: TransformersBacke
     kept, kept_tokens = scored()
     assert first == kept == fresh
     assert kept_tokens < fresh_tokens - 8  # the prefix did not run again
+
+
+def test_only_full_attention_models_decode_on_the_appending_cache() -> None:
+    """Sliding-window layers keep the caches `generate` builds for them (they drop old positions)."""
+    transformers = pytest.importorskip("transformers")
+    from prompttune.backends.transformers_backend import DynamicLayer, _full_attention_only
+
+    if DynamicLayer is None:
+        pytest.skip("this transformers has no per-layer caches")
+    assert _full_attention_only(transformers.LlamaConfig(num_hidden_layers=2))
+    assert not _full_attention_only(transformers.MistralConfig(num_hidden_layers=2, sliding_window=64))

@@ -163,6 +163,17 @@ if DynamicLayer is not None:
             return self.keys, self.values
 
 
+def _full_attention_only(config: Any) -> bool:
+    """Whether `generate` would cache every layer of this model in a plain DynamicLayer."""
+    if DynamicLayer is None:
+        return False
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # a transformers whose DynamicCache takes no config, or an unusual config
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
 def _append_cache(kv: KV | None, rows: int) -> DynamicCache:
     """A decoding cache of `_AppendLayer`s, holding the prefix `kv` (if any) for `rows` rows."""
     cache = DynamicCache()
@@ -213,7 +224,6 @@ class TransformersBackend(TokenizerBackend):
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens or (2048 if device == "cpu" else 8192)
         self.prefix_reuse = prefix_reuse
-        self.append_cache = DynamicLayer is not None  # decode on `_AppendLayer`s (False: DynamicCache's own)
         self.prefix_memo_bytes = 256 * 2**20  # recent prefixes' key/value states kept across calls (0: none)
         self._prefixes: OrderedDict[tuple[int, ...], tuple[KV, int]] = OrderedDict()
         self.tokens_processed = 0  # tokens run through the model (not padding): the work done
@@ -241,6 +251,9 @@ class TransformersBackend(TokenizerBackend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model_id = f"{model}|{torch_dtype}".replace("torch.", "")
+        # Decode on `_AppendLayer`s where every layer would get a plain DynamicLayer (full attention);
+        # sliding-window and other layer kinds keep the caches `generate` builds for them.
+        self.append_cache = _full_attention_only(self.model.config)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
