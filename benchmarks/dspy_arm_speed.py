@@ -20,7 +20,7 @@ ask different questions. In fp32 they match.
 The figures are only meaningful on an otherwise idle machine (one run at a time).
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/dspy_arm_speed.py [--arm dspy-gepa]
-     [--cap 300] [--threads 8] [--seed 0] [--valset-size 100] [--train-size 1000] [--dev-size 300]
+     [--cap 300] [--threads 32] [--seed 0] [--valset-size 100] [--train-size 1000] [--dev-size 300]
      [--test-size 200] [--dtype auto|bf16|fp32]
 """
 
@@ -42,7 +42,7 @@ require_dspy("benchmarks/dspy_arm_speed.py")
 from prompttune.backends.factory import build_backend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
 from prompttune.core.types import GenerateRequest, ScoreRequest  # noqa: E402
-from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, Sizes  # noqa: E402
+from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, DspyOptions, Sizes  # noqa: E402
 from prompttune.engine.results import RunResult  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.engine.study import run_study  # noqa: E402
@@ -114,7 +114,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", default="dspy-gepa", choices=sorted(DSPY_OPTIMIZERS))
     parser.add_argument("--cap", type=int, default=300)
-    parser.add_argument("--threads", type=int, default=8, help="DSPy's threads, and the largest batch")
+    parser.add_argument("--threads", type=int, default=DspyOptions.model_fields["threads"].default,
+                        help="DSPy's threads, and the largest batch (default: the arms' own)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--valset-size", type=int, default=None, help="the arm's valset_size (default: its own)")
     parser.add_argument("--train-size", type=int, default=RunConfig().train_size)

@@ -202,3 +202,43 @@ def test_dspy_evaluate_with_threads_batches_and_matches_one_thread(tmp_path: Pat
         if threads > 1:
             assert max(bridge.engine.batches) > 1
     assert scores[0] == scores[1]
+
+
+def _asks(bridge: Bridge, generation_at: int | None = None) -> list:
+    """Eight asks as the engine queues them: queries of one program on distinct dev examples, and
+    a generation in place of the query at `generation_at`."""
+    from prompttune.dspy_bridge.engine import _Ask
+
+    spec, asks = bridge.mapping.base, []
+    for i, example in enumerate(bridge.task.splits["dev"][:8]):
+        if i == generation_at:
+            request = dspy.lm15.Request(model="m", messages=(dspy.lm15.Message.user("Name a colour."),))
+            asks.append(_Ask(request, None, "Name a colour."))
+            continue
+        text = bridge.engine.expect(spec, example.id)
+        asks.append(_Ask(dspy.lm15.Request(model="m", messages=(dspy.lm15.Message.user(text),)),
+                         (spec, example.id), text))
+    return asks
+
+
+@pytest.mark.parametrize("generation_at", [None, 2])
+def test_a_batch_the_cap_pays_in_part_is_scored_together_as_far_as_alone_pays(tmp_path: Path,
+                                                                             generation_at: int | None) -> None:
+    """At the cap, the asks that served alone one after another would be paid (one call each at
+    most) are still scored in one backend call; the rest are refused as alone."""
+    batched, alone = Bridge(tmp_path / "batched", threads=8, cap=5), Bridge(tmp_path / "alone", threads=1, cap=5)
+    together, apart = _asks(batched, generation_at), _asks(alone, generation_at)
+    batched.engine._serve(together)
+    for ask in apart:
+        alone.engine._serve([ask])
+
+    def outcome(ask) -> object:
+        return ask.response.text if ask.error is None else type(ask.error)
+
+    assert [outcome(a) for a in together] == [outcome(a) for a in apart]
+    assert [outcome(a) for a in together][5:] == [BudgetStop] * 3
+    assert _spend(batched) == _spend(alone) and batched.ledger.calls == 5
+    assert batched.cache_rows() == alone.cache_rows()
+    # One backend call for the queries the cap pays for (and one for the generation among them).
+    assert batched.backend.invocations == 1 + (generation_at is not None)
+    assert alone.backend.invocations == 5

@@ -133,3 +133,60 @@ def test_batch_composition_changes_no_score_in_fp32(backend: TransformersBackend
     batched, alone = scored_in_batches_of(16), scored_in_batches_of(1)
     assert [int(np.argmax(s.logprobs)) for s in batched] == [int(np.argmax(s.logprobs)) for s in alone]
     assert max(abs(a - b) for r, f in zip(batched, alone) for a, b in zip(r.logprobs, f.logprobs)) < 1e-4
+
+
+def test_appending_cache_decodes_what_stock_generate_decodes(backend: TransformersBackend, task: Task) -> None:
+    """Decoding on `_AppendLayer`s (views of buffers with room, no per-step concatenation) gives
+    stock `generate`'s tokens and log-probs bit for bit: greedy batches with a shared prefix and
+    padding, and a seeded sample long enough to outgrow the buffers once."""
+    plain = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:1]))
+    greedy = _requests(backend, task, [plain, plain.with_updates(chat=True)], "generate", n=3)
+    sampled = [GenerateRequest("Once upon a time, a cat", 96, temperature=1.0, seed=3)]
+    if not backend.append_cache:
+        pytest.skip("this transformers has no per-layer caches")
+    results = []
+    for append in (True, False):
+        backend.append_cache = append
+        try:
+            results.append([(r.text, r.token_logprobs, r.completion_tokens)
+                            for r in backend.generate(greedy) + backend.generate(sampled)])
+        finally:
+            backend.append_cache = True
+    assert results[0] == results[1]
+    assert results[0][-1][2] > 70  # the sample outgrew its first buffer (room for its prompt + 64 tokens)
+
+
+def test_a_kept_prefix_scores_what_a_fresh_one_scores(backend: TransformersBackend, task: Task) -> None:
+    """A prefix's states kept from an earlier call (as DSPy's threads send one program's valset in
+    many calls) give the scores computing it afresh gives, bit for bit, without its forward pass."""
+    spec = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:2]))
+    requests = _requests(backend, task, [spec], "score", n=3)
+
+    def scored() -> tuple[list[ScoreResult], int]:
+        before = backend.tokens_processed
+        return backend.score(requests), backend.tokens_processed - before
+
+    memo, backend.prefix_memo_bytes = backend.prefix_memo_bytes, 0
+    backend._prefixes.clear()
+    try:
+        fresh, fresh_tokens = scored()
+    finally:
+        backend.prefix_memo_bytes = memo
+    backend._prefixes.clear()
+    first, _ = scored()
+    kept, kept_tokens = scored()
+    assert first == kept == fresh
+    assert kept_tokens < fresh_tokens - 8  # the prefix did not run again
+
+
+def test_only_full_attention_models_decode_on_the_appending_cache() -> None:
+    """Sliding-window layers keep the caches `generate` builds for them (they drop old positions)."""
+    transformers = pytest.importorskip("transformers")
+    from prompttune.backends.transformers_backend import DynamicLayer, _full_attention_only
+
+    if DynamicLayer is None:
+        pytest.skip("this transformers has no per-layer caches")
+    assert _full_attention_only(transformers.LlamaConfig(num_hidden_layers=2))
+    assert not _full_attention_only(transformers.MistralConfig(num_hidden_layers=2, sliding_window=64))

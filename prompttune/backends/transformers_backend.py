@@ -5,11 +5,17 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+try:  # caches made of per-layer objects (transformers >= 4.56)
+    from transformers.cache_utils import DynamicLayer
+except ImportError:  # pragma: no cover - older transformers: decoding keeps DynamicCache
+    DynamicLayer = None
 
 from prompttune.backends.base import TokenizerBackend
 from prompttune.core.errors import UserError
@@ -114,8 +120,67 @@ def _common_length(rows: Sequence[Sequence[int]]) -> int:
 
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+
 # Below this many shared tokens the extra prefix pass and the cache copies cost more than they save.
 _MIN_SHARED_TOKENS = 8
+
+
+if DynamicLayer is not None:
+    class _AppendLayer(DynamicLayer):
+        """A DynamicLayer that appends each step's keys and values into buffers with room to grow,
+        where DynamicLayer concatenates the whole cache with them: a decoding step then copies one
+        position per layer instead of every cached one (on SmolLM2-135M in fp32 that copy was about
+        4% of the CPU time of a 256-token decode after a 700-1000-token prompt). `keys` and `values`
+        are views of the filled part: the same values in the same shapes, so attention computes the
+        same numbers (tests/test_prefix_reuse.py holds decoding to stock `generate` bit for bit).
+        States another method replaced (crop, reorder, reset) are taken as they are at the next update."""
+
+        _store: tuple[torch.Tensor, torch.Tensor] | None = None
+        _view: torch.Tensor | None = None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            keys, values = self.keys, self.values
+            filled = keys.shape[-2] if keys is not None and keys.dim() == key_states.dim() else 0
+            if keys is not self._view:
+                self._store = None
+            total = filled + key_states.shape[-2]
+            store = self._store
+            if store is None or total > store[0].shape[-2] or store[0].shape[:-2] != key_states.shape[:-2]:
+                room = total + max(total, 64)  # doubling: appends stay amortised O(1) copies
+                store = (key_states.new_empty((*key_states.shape[:-2], room, key_states.shape[-1])),
+                         value_states.new_empty((*value_states.shape[:-2], room, value_states.shape[-1])))
+                if filled:
+                    store[0][..., :filled, :] = keys
+                    store[1][..., :filled, :] = values
+                self._store = store
+            store[0][..., filled:total, :] = key_states
+            store[1][..., filled:total, :] = value_states
+            self.keys, self.values = store[0][..., :total, :], store[1][..., :total, :]
+            self._view = self.keys
+            return self.keys, self.values
+
+
+def _full_attention_only(config: Any) -> bool:
+    """Whether `generate` would cache every layer of this model in a plain DynamicLayer."""
+    if DynamicLayer is None:
+        return False
+    try:
+        layers = DynamicCache(config=config).layers
+    except Exception:  # a transformers whose DynamicCache takes no config, or an unusual config
+        return False
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _append_cache(kv: KV | None, rows: int) -> DynamicCache:
+    """A decoding cache of `_AppendLayer`s, holding the prefix `kv` (if any) for `rows` rows."""
+    cache = DynamicCache()
+    cache.layer_class_to_replicate = _AppendLayer
+    for i, (k, v) in enumerate(kv or ()):
+        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
+    return cache
 
 
 class TransformersBackend(TokenizerBackend):
@@ -126,6 +191,9 @@ class TransformersBackend(TokenizerBackend):
     scored are exactly the full prompt's: a merge across the prefix/input boundary only shortens
     it. The prefix runs once, its key/value cache is expanded across each batch, and only the
     suffixes run, at their true positions. `prefix_reuse=False` forces the full-prompt path.
+    The states of recent prefixes are kept across calls, up to `prefix_memo_bytes` (the same
+    tokens give the same states, so a later call that shares one skips its forward pass: DSPy's
+    threads send one program's valset in many small calls, each with that program's prefix).
 
     Settings chosen from measurement (benchmarks/throughput.py): torch uses one thread per
     physical core unless `threads` or OMP_NUM_THREADS says otherwise (hyperthreads share a core's
@@ -156,6 +224,8 @@ class TransformersBackend(TokenizerBackend):
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens or (2048 if device == "cpu" else 8192)
         self.prefix_reuse = prefix_reuse
+        self.prefix_memo_bytes = 256 * 2**20  # recent prefixes' key/value states kept across calls (0: none)
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[KV, int]] = OrderedDict()
         self.tokens_processed = 0  # tokens run through the model (not padding): the work done
         if threads or "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(threads or physical_cores())
@@ -181,6 +251,9 @@ class TransformersBackend(TokenizerBackend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model_id = f"{model}|{torch_dtype}".replace("torch.", "")
+        # Decode on `_AppendLayer`s where every layer would get a plain DynamicLayer (full attention);
+        # sliding-window and other layer kinds keep the caches `generate` builds for them.
+        self.append_cache = _full_attention_only(self.model.config)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
@@ -210,12 +283,23 @@ class TransformersBackend(TokenizerBackend):
         return groups + ([(0, rest)] if rest else [])
 
     def _prefix_states(self, tokens: list[int]) -> KV:
-        """Key/value states of the shared prefix, computed once per group."""
+        """Key/value states of the shared prefix: computed once per group, or kept from a recent call."""
+        key = tuple(tokens)
+        if key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            return self._prefixes[key][0]
         self.tokens_processed += len(tokens)
         with torch.inference_mode():
             out = self.model(input_ids=torch.tensor([tokens], device=self.device), use_cache=True,
                              logits_to_keep=1)
-        return tuple((layer.keys, layer.values) for layer in out[self._cache_arg].layers)
+        kv = tuple((layer.keys, layer.values) for layer in out[self._cache_arg].layers)
+        size = sum(t.numel() * t.element_size() for pair in kv for t in pair)
+        if size <= self.prefix_memo_bytes:
+            self._prefixes[key] = (kv, size)
+            held = sum(n for _, n in self._prefixes.values())
+            while held > self.prefix_memo_bytes:
+                held -= self._prefixes.popitem(last=False)[1][1]
+        return kv
 
     def _cache(self, kv: KV, rows: int) -> DynamicCache:
         """A fresh cache holding the prefix for `rows` rows (a forward pass extends it in place)."""
@@ -311,10 +395,13 @@ class TransformersBackend(TokenizerBackend):
         or sampled at `temperature` from the torch random state."""
         ids, mask = self._left_pad([r[shared:] for r in rows])
         prefill = int(mask.sum())
-        extra: dict = {}
         if kv is not None:
             ids = torch.cat([ids.new_tensor(rows[0][:shared]).expand(len(rows), -1), ids], dim=1)
             mask = torch.cat([mask.new_ones(len(rows), shared), mask], dim=1)
+        extra: dict = {}
+        if self.append_cache:
+            extra = {self._cache_arg: _append_cache(kv, len(rows))}
+        elif kv is not None:
             extra = {self._cache_arg: self._cache(kv, len(rows))}
         width, pad = ids.shape[1], self.tokenizer.pad_token_id
         with torch.inference_mode():

@@ -20,10 +20,11 @@ queue and its thread waits; when `threads` requests wait (every thread of the po
 one has come for `linger` seconds, one waiting thread takes up to `threads` of them and serves
 them — first the distinct classification queries among them in one backend call, then each
 request in the order it came exactly as it would be served alone (the queries are then cache
-hits this arm has paid for). A batch the rest of the cap cannot pay for is not sent: its
-requests are served one by one, so each is charged or refused as it would be alone. Answers,
-charges and cache entries are those of the same requests served one at a time, and the ledger,
-the cache, the backend and the observer are only ever used by one thread at a time.
+hits this arm has paid for). Of a batch the rest of the cap cannot pay for whole, the asks that
+served one by one would surely be paid are still scored together; the others are served one by
+one, so each is charged or refused as it would be alone. Answers, charges and cache entries are
+those of the same requests served one at a time, and the ledger, the cache, the backend and the
+observer are only ever used by one thread at a time.
 
 When a request would pass the cap the engine raises `BudgetStop`, a BaseException: DSPy's
 optimizers catch `Exception` around single examples and proposals and would otherwise carry on
@@ -166,7 +167,7 @@ class MeteredEngine:
             try:
                 if self.halted:
                     raise BudgetStop("the arm's cap was reached")
-                self._prefetch([ask.query for ask in batch if ask.query is not None])
+                self._prefetch(batch)
                 for ask in batch:
                     try:
                         ask.response = self._answer(ask)
@@ -179,12 +180,35 @@ class MeteredEngine:
                     if ask.response is None and ask.error is None:
                         ask.error = exc
 
-    def _prefetch(self, queries: list[tuple[PromptSpec, str]]) -> None:
+    def _prefetch(self, batch: list[_Ask]) -> None:
         """Score the distinct classification queries of a batch in one backend call, through the
         evaluator's own cache view and ledger: the asks then read them as paid cache hits. A batch
-        the cap cannot pay for whole (or that meets an outage) is left to the asks, one at a time."""
-        if len(queries) < 2:
+        the cap cannot pay for whole is prefetched as far as the asks served alone, one after
+        another, would surely be paid (`_paid_alone`); the rest, and a batch that meets an outage,
+        is left to the asks, one at a time."""
+        if self._fetch([ask.query for ask in batch if ask.query is not None]):
             return
+        paid = self._paid_alone(batch)
+        if paid < len(batch):
+            self._fetch([ask.query for ask in batch[:paid] if ask.query is not None])
+
+    def _paid_alone(self, batch: list[_Ask]) -> int:
+        """How many leading asks of `batch` the cap surely pays for when they are served alone, one
+        after another: as many as the calls left, where no ask costs more than one call (a
+        generation, or a query its evaluator answers with one score or one generation); none
+        otherwise (calibration's content-free probes and ensembles cost more)."""
+        remaining = self.evaluator.ledger.remaining_calls()
+        if remaining is None or remaining <= 0:
+            return 0
+        scoring = self.evaluator.scoring
+        single = scoring == "generate" or (scoring == "logit" and all(
+            ask.query[0].cot or not ask.query[0].calibrate for ask in batch if ask.query is not None))
+        return remaining if single else 0
+
+    def _fetch(self, queries: list[tuple[PromptSpec, str]]) -> bool:
+        """Score `queries` in one backend call; False when the cap refused them (nothing was charged)."""
+        if len(queries) < 2:
+            return True
         distinct: dict[PromptSpec, list[str]] = {}
         for spec, example_id in queries:
             ids = distinct.setdefault(_without(spec, example_id), [])
@@ -198,8 +222,11 @@ class MeteredEngine:
             for mode, mode_queries in by_mode.items():
                 self.evaluator.outputs_many(mode_queries, mode)  # type: ignore[arg-type]
             self.evaluator.predictor.prefetch(list(distinct))  # calibration's content-free probes
-        except Exception:  # the cap, or an outage: each ask alone meets it as it would have
+        except BudgetExhausted:  # the asks alone meet the cap as they would have
+            return False
+        except Exception:  # an outage: each ask alone meets it as it would have
             pass
+        return True
 
     def _answer(self, ask: _Ask) -> Response:
         """One request served as if alone (its classification query may already be a cache hit)."""

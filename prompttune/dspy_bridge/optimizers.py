@@ -120,8 +120,8 @@ class DspyArm(ABC):
 
 
 class DspyOptions(OptimizerOptions):
-    threads: int = Field(8, ge=1, description="DSPy's num_threads; the metered engine gathers their calls into "
-                                              "batches for the model (same answers and charges as one thread)")
+    threads: int = Field(32, ge=1, description="DSPy's num_threads; the metered engine gathers their calls into "
+                                               "batches for the model (same answers and charges as one thread)")
 
 
 class ValsetOptions(DspyOptions):
