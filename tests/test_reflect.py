@@ -136,16 +136,3 @@ def test_an_arm_added_to_a_comparison_runs_on_its_seeds_and_reads_the_others_bac
         (r.run_dir, r.best, r.confirmation) for r in first.runs]  # read back, not run again
     assert {r.test_ids for r in both.runs if r.seed == 0} == {first.runs[0].test_ids}  # the seed's own draw
     assert "| sh |" in (first.run_dir / "report.md").read_text()
-
-
-def test_the_final_race_takes_the_finalists_to_the_whole_dev_split_when_the_budget_pays() -> None:
-    """2,000 calls and 300 dev examples (the native comparison's sizes): the 40% reserve pays for two
-    finalists and the baseline on all 300; the earlier rule raced the whole pool on doubling prefixes
-    until the budget stopped it and ranked the finalists on about a third of dev."""
-    problem = OracleProblem.colours(sizes=(60, 300, 60))
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=2000, space=problem.space,
-                              backend=problem.backend, record=False)
-    race = run.strategy.optimizer
-    assert len(race.final_ids) == 300 and len(race.finalists) >= 2
-    assert all(not race.missing(race.candidates[k], race.final_ids) for k in race.finalists)
-    assert run.ledger.calls <= 2000

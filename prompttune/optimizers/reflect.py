@@ -25,9 +25,8 @@ Three stages, sized to the budget:
    race score beats the pool's worst. After `patience` rejected children the block grows by half, so the
    race spends its examples where the pool is hard to separate.
 3. **Final.** A race over the pool on doubling dev prefixes (the better half by race score goes on),
-   as wide as the budget lets the `finalists` reach the whole dev split (else the longest prefix it
-   affords), and as many more pool prompts there as it still pays for, ranked by the run's
-   objective; the driver's verdict tests the leader.
+   then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
+   afford, ranked by the run's objective there; the driver's verdict tests the leader.
 
 Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
@@ -270,60 +269,29 @@ class ReflectiveRace(Optimizer):
         return MOVES[int(self.rng.choice(len(MOVES), p=weights / weights.sum()))]
 
     def _final(self) -> Iterator[TrialRequest]:
-        """A race over the pool that ends on the whole dev split: rounds on doubling dev prefixes,
-        the better half by race score going on, as wide as the budget lets at least `finalists`
-        prompts reach the last round (`_final_rounds`). Where it cannot, the halving goes as far as
-        the budget pays and the finalists stop on the longest dev prefix it affords. Then as many more
-        pool prompts there as the budget still pays for; the ranking is by the run's objective."""
+        """A race over the pool: while more than `finalists` remain, the dev prefix doubles and the
+        better half by race score goes on (a prompt that entered the pool on a lucky block leaves on more
+        examples); then the finalists on the longest dev prefix the rest of the budget pays for, and
+        as many more pool prompts there as the budget still pays for."""
         dev, alive = self.context.dev_ids, self._by_score(self.pool)
-        if rounds := self._final_rounds(len(alive)):
-            for width, length in rounds:
-                alive = self._by_score(alive)[:width]
-                self.block = list(dev[:length])
-                yield from self._complete(alive, self.block, "final race")
-            self.finalists, self.final_ids = self._by_score(alive), list(self.block)
-        else:
-            while len(alive) > self.options.finalists and len(self.block) < len(dev):
-                ids = dev[: min(len(dev), 2 * len(self.block))]
-                left = self.remaining_budget()
-                if left is not None and self._final_cost(alive, ids) > left:
-                    break
-                self.block = list(ids)
-                yield from self._complete(alive, self.block, "final race")
-                alive = self._by_score(alive)[: max(self.options.finalists, (len(alive) + 1) // 2)]
-            self.finalists = alive[: self.options.finalists]
-            n, left = len(self.block), self.remaining_budget()
-            while n < len(dev) and (left is None or self._final_cost(self.finalists, dev[: n + 1]) <= left):
-                n += 1
-            self.final_ids = list(dev[:n])
-        left = self.remaining_budget()
+        while len(alive) > self.options.finalists and len(self.block) < len(dev):
+            ids = dev[: min(len(dev), 2 * len(self.block))]
+            left = self.remaining_budget()
+            if left is not None and self._final_cost(alive, ids) > left:
+                break
+            self.block = list(ids)
+            yield from self._complete(alive, self.block, "final race")
+            alive = self._by_score(alive)[: max(self.options.finalists, (len(alive) + 1) // 2)]
+        self.finalists = alive[: self.options.finalists]
+        n, left = len(self.block), self.remaining_budget()
+        while n < len(dev) and (left is None or self._final_cost(self.finalists, dev[: n + 1]) <= left):
+            n += 1
+        self.final_ids = list(dev[:n])
         for key in self._by_score(self.pool):  # what the budget still pays for: more finalists
             if key not in self.finalists and (left is None or
                                               self._final_cost([*self.finalists, key], self.final_ids) <= left):
                 self.finalists.append(key)
         yield from self._complete(self.finalists, self.final_ids, "final")
-
-    def _final_rounds(self, pool: int) -> list[tuple[int, int]]:
-        """(prompts, dev prefix) per final round: prefixes double from the race block and end on the
-        whole dev split; the first round takes the widest share of the pool the budget pays for
-        (halving each round, never below `finalists`), counting the baseline's top-up on the whole
-        split. Empty when not even `finalists` prompts can reach it. On sst2 (native, 2,000 calls)
-        the earlier rule — the whole pool on doubling prefixes until the budget stopped it — ranked
-        the finalists on 116 of 300 dev examples, and such picks lost on test."""
-        dev, start, keep = self.context.dev_ids, len(self.block), min(self.options.finalists, pool)
-        lengths, n = [], start
-        while 2 * n < len(dev):
-            n *= 2
-            lengths.append(n)
-        lengths.append(len(dev))
-        left, baseline = self.remaining_budget(), len(self.missing(self.baseline, dev))
-        for width in range(pool, keep - 1, -1):
-            rounds = [(max(keep, -(-width // 2**r)), length) for r, length in enumerate(lengths)]
-            cost = baseline + sum(w * (length - done) for (w, length), done in
-                                  zip(rounds, [start, *lengths[:-1]]))
-            if left is None or cost <= left:
-                return rounds
-        return []
 
     # -- racing ------------------------------------------------------------------------------
     def _race(self, genome: Genome, purpose: str) -> Iterator[TrialRequest]:
