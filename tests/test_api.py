@@ -13,8 +13,9 @@ import pytest
 
 import prompttune
 from prompttune import Dimension, PromptSpec, SearchSpace, Task
-from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend, demo_task
 from prompttune.core.errors import UserError
+from prompttune.core.provenance import CODE_FILE
 from prompttune.engine.verdicts import REGISTRY, look_alpha
 from tests.support import oracle_config, oracle_for
 
@@ -134,3 +135,14 @@ def test_every_verdict_on_a_test_split_is_counted_and_a_reused_split_warned(tmp_
     assert "first verdict recorded on this test split" in (first.run_dir / "report.md").read_text()
     assert "This test split has now served 2 verdicts" in (second.run_dir / "report.md").read_text()
     assert json.loads((second.run_dir / "verdict.json").read_text())["verdict"]["test_split_verdicts"] == 2
+
+
+def test_every_run_directory_records_the_code_that_made_it(tmp_path: Path) -> None:
+    """code.jsonl names the version, the source imported and (in a git checkout) the commit."""
+    problem = OracleProblem.colours()
+    run = prompttune.optimize(problem.task, optimizer="random", budget=300, space=problem.space,
+                              backend=problem.backend, runs_dir=str(tmp_path))
+    lines = [json.loads(line) for line in (run.run_dir / CODE_FILE).read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["version"] == prompttune.__version__
+    assert Path(lines[0]["source"]) == Path(prompttune.__file__).resolve().parent
+    assert lines[0]["commit"] is None or (len(lines[0]["commit"]) == 40 and isinstance(lines[0]["dirty"], bool))

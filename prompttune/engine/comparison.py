@@ -26,6 +26,7 @@ from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedP
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import RunInterrupted, StopRequest, resumable_outage
+from prompttune.core.provenance import record_code
 from prompttune.core.storage import read_json, write_atomic
 from prompttune.engine.setup import (
     RUN_DIR,
@@ -303,6 +304,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
          "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2))
+    record_code(run_dir)
     reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
     caps = caps_of(match, config.budget, config.budget_tokens)
     shared = ResultCache(config.cache or run_dir / "cache.sqlite")

@@ -18,6 +18,7 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import BackendConfig, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.provenance import record_code
 from prompttune.core.types import Record
 from prompttune.engine.setup import check_paths, make_run_dir, task_space
 from prompttune.engine.study import run_versions
@@ -248,6 +249,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     backend = backend or build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    record_code(run_dir)
     cache = ResultCache(config.cache or run_dir / "cache.sqlite")
     ledger = BudgetLedger(cap_calls=config.budget)
     examples = task.splits[config.split]

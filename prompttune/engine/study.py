@@ -38,6 +38,7 @@ from prompttune.core.interrupt import (
     resumable_outage,
     stop_on_signals,
 )
+from prompttune.core.provenance import record_code
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
 from prompttune.core.types import Example
 from prompttune.dspy_bridge import DSPY_ARMS
@@ -191,6 +192,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             stop = StopRequest("")  # a library call: no handler, so nothing ever asks the search to stop
         if run_dir:
             write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
+            record_code(run_dir)
         trials_before = set_aside_trials(run_dir) if resume_dir else None
         earlier = interruption(resume_dir) if resume_dir else {}
 
