@@ -52,7 +52,8 @@ HERE = Path(__file__).resolve().parent
 ARMS = {"reflect": ("reflect", {"write_instructions": False, "calibration": False}),
         **{f"reflect[{score}]": ("reflect", {"write_instructions": False, "calibration": False,
                                              "race_score": race_score})
-           for score, race_score in (("margin", "margin"), ("accuracy", "objective"), ("tiebreak", "tiebreak"))}}
+           for score, race_score in (("margin", "margin"), ("accuracy", "objective"), ("tiebreak", "tiebreak"),
+                                     ("probability", "probability"), ("staged", "staged"))}}
 
 
 class GridOnly:

@@ -136,3 +136,13 @@ def test_an_arm_added_to_a_comparison_runs_on_its_seeds_and_reads_the_others_bac
         (r.run_dir, r.best, r.confirmation) for r in first.runs]  # read back, not run again
     assert {r.test_ids for r in both.runs if r.seed == 0} == {first.runs[0].test_ids}  # the seed's own draw
     assert "| sh |" in (first.run_dir / "report.md").read_text()
+
+
+def test_the_staged_race_score_ranks_by_probability_until_the_final_race_then_by_the_objective() -> None:
+    problem = OracleProblem.colours()
+    kinds = {}
+    for score in ("staged", "probability"):
+        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                                  backend=problem.backend, record=False, options={"race_score": score})
+        kinds[score] = {kind for _, _, kind in run.strategy.optimizer.race_scores}
+    assert kinds == {"staged": {"probability", "tiebreak"}, "probability": {"probability"}}
