@@ -8,10 +8,10 @@ size calls), through the ordinary `optimize` runner with that cache as a shared 
 result it reads is charged to its ledger as the call it stands for (MeteredCache), so the budget
 is real, while the model is never called (a backend that refuses calls proves the search stayed
 on the grid). mipro and bfrs are left out: they write instructions and bootstrap demos with model
-calls the grid does not hold; `reflect` runs on grid moves only, its race ranked by the gold label's
-probability (its default); `reflect[margin]`, `reflect[accuracy]` and `reflect[tiebreak]` rank it by
-the log-probability margin, by accuracy, and by accuracy with ties broken by margin, to measure what
-a dense score buys.
+calls the grid does not hold; `reflect` runs on grid moves only, its race ranked as by default
+(accuracy, ties broken by margin); `reflect[margin]`, `reflect[accuracy]`, `reflect[tiebreak]`,
+`reflect[probability]` and `reflect[staged]` rank it by each `race_score` (see docs/optimizers.md),
+to measure what a dense score buys.
 
 Per optimizer and fraction: the mean regret in accuracy points against the grid's dev optimum
 (of the dev winner's full-dev score) and against the test optimum (of the dev winner and of what
@@ -48,7 +48,7 @@ from prompttune.search_spaces import Candidate
 
 HERE = Path(__file__).resolve().parent
 # Arms beyond an optimizer's defaults: reflect on grid moves only (the grid holds no proposer or
-# calibration calls), ranking its race by the gold label's probability (its default) or, as ablations, otherwise.
+# calibration calls), ranking its race as by default or, as ablations, by each race_score.
 ARMS = {"reflect": ("reflect", {"write_instructions": False, "calibration": False}),
         **{f"reflect[{score}]": ("reflect", {"write_instructions": False, "calibration": False,
                                              "race_score": race_score})
