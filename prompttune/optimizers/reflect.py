@@ -10,7 +10,7 @@ Three stages, sized to the budget:
    from the cache). Ranking is by the run's objective with ties broken by the gold label's
    log-probability margin (`race_score`, default `tiebreak`): on split seeds that no reported
    comparison uses it shipped 3.9 points more than ranking by the gold label's probability on sst2
-   and 1.5 more on agnews (native, 2,000 calls), the probability's confidence having favoured sure
+   and 2.6 more on agnews (native, 2,000 calls), the probability's confidence having favoured sure
    prompts over right ones; the block is never smaller than `min_examples` or 4 examples per class. The best
    `2 × pool` go on to a block twice as long and the pool is cut there; a twin that answers exactly
    as its raw prompt takes no slot.
