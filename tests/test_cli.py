@@ -26,7 +26,8 @@ def test_help_options_lists_every_option_with_its_default(capsys) -> None:
 
 def test_help_options_names_the_allowed_values_and_covers_the_dspy_arms(capsys) -> None:
     assert main(["optimize", "--optimizer", "reflect", "--help-options"]) == 0
-    assert "race_score (one of margin, probability, tiebreak, objective, staged, default 'tiebreak')" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "race_score (one of margin, probability, tiebreak, objective, staged, default 'tiebreak')" in out
     pytest.importorskip("dspy")
     assert main(["optimize", "--optimizer", "dspy-gepa", "--help-options"]) == 0
     assert "reflection_minibatch_size (int, default 3)" in capsys.readouterr().out
