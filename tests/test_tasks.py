@@ -70,6 +70,15 @@ def test_sst2_dev_comes_from_the_sentence_level_split_and_test_takes_what_dev_le
         load_task("sst2", data_dir, SplitSizes(100, 872, 100))
 
 
+def test_a_pool_all_three_splits_share_refuses_what_it_cannot_hold_with_the_sizes_asked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """trec draws train, dev and test from one pool (72 questions here): no test size is shrunk there,
+    the refusal names the sizes the user asked for."""
+    monkeypatch.setitem(builtin.PACKAGED, "trec", lambda: _write_trec(tmp_path / "question_labels.txt"))
+    with pytest.raises(UserError, match=r"72 examples cannot fill test 60 \+ dev 20 \+ train 10"):
+        load_task("trec", None, SplitSizes(10, 20, 60))
+
+
 def test_agnews_entities_are_decoded_on_real_rows(data_dir: Path) -> None:
     pools = _agnews_local(data_dir)
     test = {e.id: e.fields["text"] for e in pools["test"]}
