@@ -126,6 +126,10 @@ def test_trec_reads_the_package_file_whatever_the_data_dir(tmp_path: Path, monke
     ids = {name: {e.id for e in split} for name, split in task.splits.items()}
     assert not ids["dev"] & ids["test"] and not ids["train"] & (ids["dev"] | ids["test"])
     assert sorted(e.label for e in task.splits["test"]) == [c for c in range(6) for _ in range(3)]
+    monkeypatch.setenv("PROMPTTUNE_DATA_DIR", str(tmp_path / "missing"))  # a data dir that is not there
+    assert len(load_task("trec", None, SplitSizes(24, 12, 18), seed=1).splits["test"]) == 18
+    with pytest.raises(UserError, match="does not exist"):  # the tasks that read it still say so
+        load_task("agnews", None, SplitSizes(24, 12, 18))
 
 
 def test_trec_without_the_package_and_the_hub_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -262,8 +262,7 @@ PACKAGED: dict[str, Callable[[], Path | None]] = {"trec": _trec_package_file}
 
 def load_builtin(name: str, data_dir: str | Path | None, sizes: SplitSizes, seed: int) -> Task:
     labels, verbalizers, description, local_loader = BUILTIN[name]
-    directory = resolve_data_dir(data_dir)
-    source = PACKAGED[name]() if name in PACKAGED else directory
+    source = PACKAGED[name]() if name in PACKAGED else resolve_data_dir(data_dir)  # trec needs no data dir
     pools = local_loader(source) if source is not None else _hub_pools(name)
     for pool in pools.values():
         check_labels(name, labels, pool)
