@@ -51,7 +51,8 @@ def _objective_settings(objective: str | Objective, settings: dict[str, Any]
     return objective, {**settings, "objective": f"custom:{getattr(objective, '__name__', 'callable')}"}
 
 
-def optimize(task: str | Path | Task = "agnews", *, optimizer: str = "sh", budget: int = 2000,
+def optimize(task: str | Path | Task = "agnews", *, optimizer: str = RunConfig.model_fields["optimizer"].default,
+             budget: int = RunConfig.model_fields["budget"].default,
              space: str | Path | SearchSpace | None = None, objective: str | Objective = "accuracy",
              backend: Backend | None = None, options: dict[str, Any] | None = None, record: bool = True,
              progress: bool = False, **settings: Any) -> RunResult:
