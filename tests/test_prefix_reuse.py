@@ -6,6 +6,7 @@ agnews prompts and the embedded model in fp32; each is scored with reuse on and 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -155,6 +156,34 @@ def test_appending_cache_decodes_what_stock_generate_decodes(backend: Transforme
             backend.append_cache = True
     assert results[0] == results[1]
     assert results[0][-1][2] > 70  # the sample outgrew its first buffer (room for its prompt + 64 tokens)
+
+
+@pytest.mark.parametrize("demos", [0, 2])
+def test_labels_continuing_the_prompt_score_what_one_row_per_label_scores(backend: TransformersBackend, task: Task,
+                                                                          demos: int) -> None:
+    """Several-token labels (of different lengths, beside one-token and empty ones) scored off one pass
+    over each prompt give the log-probs of teacher-forcing prompt + label on a row per label, and run
+    fewer tokens."""
+    spec = default_space(task).default_candidate().spec.with_updates(
+        demo_ids=tuple(e.id for e in task.splits["train"][:demos]),
+        label_words=("World", "Sports news", "Business", "Science and technology"))
+    requests = _requests(backend, task, [spec], "score", n=4)
+    requests.append(replace(requests[0], continuations=("", " Sports news", " a free-text answer, as POSIX scores")))
+    if not backend.continue_labels:
+        pytest.skip("this transformers has no per-layer caches")
+    scored, tokens = [], []
+    for continuing in (True, False):
+        backend.continue_labels = continuing
+        before = backend.tokens_processed
+        try:
+            scored.append(backend.score(requests))
+        finally:
+            backend.continue_labels = True
+        tokens.append(backend.tokens_processed - before)
+    continued, rows = scored
+    assert [r.prompt_tokens for r in continued] == [r.prompt_tokens for r in rows]
+    assert max(abs(a - b) for c, r in zip(continued, rows) for a, b in zip(c.logprobs, r.logprobs)) < 1e-4
+    assert tokens[0] < tokens[1] / 2
 
 
 def test_a_kept_prefix_scores_what_a_fresh_one_scores(backend: TransformersBackend, task: Task) -> None:

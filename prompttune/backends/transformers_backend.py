@@ -254,6 +254,8 @@ class TransformersBackend(TokenizerBackend):
         # Decode on `_AppendLayer`s where every layer would get a plain DynamicLayer (full attention);
         # sliding-window and other layer kinds keep the caches `generate` builds for them.
         self.append_cache = _full_attention_only(self.model.config)
+        # Several-token labels continue the prompt's cache, cropped back after each label: plain caches only.
+        self.continue_labels = self.append_cache
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
@@ -344,9 +346,15 @@ class TransformersBackend(TokenizerBackend):
             last = self._forward_last([prompts[i] for i in batch], 1, kv)[:, -1, :]
             for row, i in enumerate(batch):
                 logprobs[i][:] = [last[row, c[0]].item() for c in conts[i]]
-        # Multi-token labels: teacher-force every label token on prompt+label rows.
-        multi = [(i, j) for i in range(len(prompts)) if i not in set(single)
-                 for j in range(len(conts[i]))]
+        multi_rows = [i for i in range(len(prompts)) if i not in set(single)]
+        if self.continue_labels:
+            for batch in _batches(sorted(multi_rows, key=lengths.__getitem__), lengths, self.batch_size,
+                                  self.max_batch_tokens, prefix):
+                self._score_continuations([prompts[i] for i in batch], [conts[i] for i in batch], kv,
+                                          [logprobs[i] for i in batch])
+            return
+        # Multi-token labels on other caches: teacher-force every label token on prompt+label rows.
+        multi = [(i, j) for i in multi_rows for j in range(len(conts[i]))]
         row_len = {(i, j): lengths[i] + len(conts[i][j]) for i, j in multi}
         keys = sorted(multi, key=row_len.__getitem__)
         flat_lengths = [row_len[k] for k in keys]
@@ -359,6 +367,45 @@ class TransformersBackend(TokenizerBackend):
                 tokens = conts[i][j]
                 positions = range(keep - 1 - len(tokens), keep - 1)
                 logprobs[i][j] = sum(out[row, p, t].item() for p, t in zip(positions, tokens))
+
+    def _score_continuations(self, prompts: list[list[int]], conts: list[list[list[int]]], kv: KV | None,
+                             logprobs: list[list[float]]) -> None:
+        """Several-token labels: each prompt runs once, and each label's tokens continue its cache
+        (cropped back after every label), where a row per label would run the example once per label."""
+        ids, mask = self._left_pad(prompts)
+        self.tokens_processed += int(mask.sum())
+        width = 0 if kv is None else kv[0][0].shape[-2]
+        positions = width + (mask.cumsum(1) - 1).clamp(min=0)
+        if kv is not None:
+            mask = torch.cat([mask.new_ones(len(prompts), width), mask], dim=1)
+        cache = DynamicCache() if kv is None else self._cache(kv, len(prompts))
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                             logits_to_keep=1, **{self._cache_arg: cache})
+        first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+        cache, start = out[self._cache_arg], positions[:, -1:] + 1
+        for j in range(max(len(c) for c in conts)):
+            for row, labels in enumerate(conts):
+                if j < len(labels) and labels[j]:  # an empty continuation keeps log-probability 0
+                    logprobs[row][j] = first[row, labels[j][0]].item()
+            tails = [labels[j][:-1] if j < len(labels) else [] for labels in conts]
+            longest = max(len(tail) for tail in tails)
+            if not longest:
+                continue
+            tail_mask = torch.tensor([[1] * len(tail) + [0] * (longest - len(tail)) for tail in tails],
+                                     device=self.device)
+            tail_ids = torch.tensor([tail + [self.tokenizer.pad_token_id] * (longest - len(tail)) for tail in tails],
+                                    device=self.device)
+            self.tokens_processed += int(tail_mask.sum())
+            with torch.inference_mode():
+                logits = self.model(input_ids=tail_ids, attention_mask=torch.cat([mask, tail_mask], dim=1),
+                                    position_ids=start + torch.arange(longest, device=self.device),
+                                    use_cache=True, **{self._cache_arg: cache}).logits
+            cache.crop(-longest)  # back to the prompt (a negative count: every transformers reads it so)
+            scores = torch.log_softmax(logits.float(), dim=-1)
+            for row, labels in enumerate(conts):
+                if j < len(labels):
+                    logprobs[row][j] += sum(scores[row, k, token].item() for k, token in enumerate(labels[j][1:]))
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [self._encode(r.text) for r in requests]
