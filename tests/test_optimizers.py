@@ -122,6 +122,16 @@ def test_mipro_finds_the_good_instruction_and_format(seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+def test_mipro_spends_what_its_trials_leave_on_more_full_evaluations(seed: int) -> None:
+    """When the trials stop short of the cap (a minibatch plus a dev split no longer fits), the calls left
+    fully evaluate the next candidates by minibatch score instead of going unspent (the matched-budget
+    check of `compare` wants 90% of the cap)."""
+    run = run_oracle("mipro", 2000, seed=seed, proposals=_scripted_proposer("Pick the colour ({labels})."))
+    assert 0.9 * 2000 <= run.ledger.calls <= 2000
+    assert len(run.optimizer.full_scores) >= 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 def test_p2g_critiques_fp_and_fn_apart_and_accepts_a_real_gain(seed: int) -> None:
     run = run_oracle("p2g", 3000, seed=seed, proposals=_scripted_proposer("Pick the colour ({labels})."))
     assert run.ledger.calls <= 3000
