@@ -22,7 +22,7 @@ prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carr
     ['Name the colour of the item ({labels}).', 'Pick the colour of the item ({labels}).']
     >>> leader = run.outcome.leader
     >>> leader.spec.instruction, len(leader.spec.demo_ids), run.ledger.calls
-    ('Name the colour of the item ({labels}).', 4, 865)
+    ('Name the colour of the item ({labels}).', 4, 985)
 
 On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 ``prompttune.optimize("agnews", optimizer="mipro", budget=2000, options={"minibatch": 25})``)::
