@@ -143,31 +143,32 @@ class Mipro(Optimizer):
             if remaining is None or remaining - len(self.missing(leader, dev)) >= len(dev):
                 return TrialRequest(leader, dev, "full eval")
         if self.trials_done >= self.options.trials or last_chance:
-            return self._closing_full_eval(remaining)
+            return self._closing_full_eval(dev, remaining)
         trial = self.study.ask()
         candidate = self._trial_candidate(trial)
         self.pending = (candidate, trial)
         return TrialRequest(candidate, self._minibatch(), "minibatch")
 
-    def _closing_full_eval(self, remaining: int | None) -> TrialRequest | None:
+    def _closing_full_eval(self, dev: tuple[str, ...], remaining: int | None) -> TrialRequest | None:
         """After the trials: the minibatch leader's full dev evaluation, then, with a budget cap, those of
         the next candidates by minibatch score while the cap pays for them, so the calls left when the
         trials stop still test a candidate instead of going unspent."""
         if self._needs_full_eval():
-            return TrialRequest(self._minibatch_leader(), tuple(self.context.dev_ids), "full eval")
+            return TrialRequest(self._minibatch_leader(), dev, "full eval")
         if remaining is None:
             return None
-        scores = self.minibatch_scores
-        for candidate_id in sorted(scores, key=lambda i: -sum(scores[i]) / len(scores[i])):
-            todo = self.missing(self.candidates[candidate_id], self.context.dev_ids)
+        for candidate_id in sorted(self.minibatch_scores, key=lambda i: -self._minibatch_mean(i)):
+            todo = self.missing(self.candidates[candidate_id], dev)
             if candidate_id not in self.full_scores and len(todo) <= remaining:
-                return TrialRequest(self.candidates[candidate_id], tuple(self.context.dev_ids), "full eval")
+                return TrialRequest(self.candidates[candidate_id], dev, "full eval")
         return None
 
+    def _minibatch_mean(self, candidate_id: str) -> float:
+        scores = self.minibatch_scores[candidate_id]
+        return sum(scores) / len(scores)
+
     def _minibatch_leader(self) -> Candidate:
-        scores = self.minibatch_scores
-        best_id = max(scores, key=lambda i: sum(scores[i]) / len(scores[i]))
-        return self.candidates[best_id]
+        return self.candidates[max(self.minibatch_scores, key=self._minibatch_mean)]
 
     def _needs_full_eval(self) -> bool:
         return bool(self.minibatch_scores) and self._minibatch_leader().id not in self.full_scores
