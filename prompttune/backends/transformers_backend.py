@@ -307,17 +307,26 @@ class TransformersBackend(TokenizerBackend):
         """A fresh cache holding the prefix for `rows` rows (a forward pass extends it in place)."""
         return DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in kv])
 
-    def _forward_last(self, rows: list[list[int]], keep: int, kv: KV | None) -> torch.Tensor:
-        """Log-softmax over the vocabulary for the last `keep` positions of left-padded rows that
-        continue the cached prefix `kv` (rows [prefix][pad][suffix], positions as if unpadded)."""
+    def _inputs(self, rows: list[list[int]], kv: KV | None, positions: bool = False) -> tuple[torch.Tensor,
+                                                                                            torch.Tensor, dict]:
+        """Left-padded rows that continue the cached prefix `kv` ([prefix][pad][suffix]): ids, the mask
+        over prefix and rows, and the model's cache and position arguments (positions as if unpadded;
+        without a prefix only where asked: the model's own positions round differently in bf16)."""
         ids, mask = self._left_pad(rows)
         self.tokens_processed += int(mask.sum())
+        width = 0 if kv is None else kv[0][0].shape[-2]
         extra: dict = {}
+        if kv is not None or positions:
+            extra["position_ids"] = width + (mask.cumsum(1) - 1).clamp(min=0)
         if kv is not None:
-            width = kv[0][0].shape[-2]
-            extra = {self._cache_arg: self._cache(kv, len(rows)),
-                     "position_ids": width + (mask.cumsum(1) - 1).clamp(min=0)}
+            extra[self._cache_arg] = self._cache(kv, len(rows))
             mask = torch.cat([mask.new_ones(len(rows), width), mask], dim=1)
+        return ids, mask, extra
+
+    def _forward_last(self, rows: list[list[int]], keep: int, kv: KV | None) -> torch.Tensor:
+        """Log-softmax over the vocabulary for the last `keep` positions of left-padded rows that
+        continue the cached prefix `kv`."""
+        ids, mask, extra = self._inputs(rows, kv)
         with torch.inference_mode():
             logits = self.model(input_ids=ids, attention_mask=mask, logits_to_keep=keep, **extra).logits
         return torch.log_softmax(logits.float(), dim=-1)
@@ -372,18 +381,12 @@ class TransformersBackend(TokenizerBackend):
                              logprobs: list[list[float]]) -> None:
         """Several-token labels: each prompt runs once, and each label's tokens continue its cache
         (cropped back after every label), where a row per label would run the example once per label."""
-        ids, mask = self._left_pad(prompts)
-        self.tokens_processed += int(mask.sum())
-        width = 0 if kv is None else kv[0][0].shape[-2]
-        positions = width + (mask.cumsum(1) - 1).clamp(min=0)
-        if kv is not None:
-            mask = torch.cat([mask.new_ones(len(prompts), width), mask], dim=1)
-        cache = DynamicCache() if kv is None else self._cache(kv, len(prompts))
+        ids, mask, extra = self._inputs(prompts, kv, positions=True)
+        extra.setdefault(self._cache_arg, DynamicCache())
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                             logits_to_keep=1, **{self._cache_arg: cache})
+            out = self.model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1, **extra)
         first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
-        cache, start = out[self._cache_arg], positions[:, -1:] + 1
+        cache, start = out[self._cache_arg], extra["position_ids"][:, -1:] + 1
         for j in range(max(len(c) for c in conts)):
             for row, labels in enumerate(conts):
                 if j < len(labels) and labels[j]:  # an empty continuation keeps log-probability 0
