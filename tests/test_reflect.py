@@ -146,3 +146,18 @@ def test_the_staged_race_score_ranks_by_probability_until_the_final_race_then_by
                                   backend=problem.backend, record=False, options={"race_score": score})
         kinds[score] = {kind for _, _, kind in run.strategy.optimizer.race_scores}
     assert kinds == {"staged": {"probability", "tiebreak"}, "probability": {"probability"}}
+
+
+def test_instructions_sampled_at_temperature_one_are_raced_and_can_ship() -> None:
+    """A TEST DEVICE where only sampled instructions help (the oracle marks a reply sampled at a
+    temperature above 0 with its draw): reflect screens and moves with samples and ships one; with
+    instruction writing off it cannot reach them."""
+    problem = OracleProblem.colours(accuracy=lambda text: 0.85 if "(draw " in text else 0.55, sizes=(60, 300, 60))
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=1000, space=problem.space,
+                              backend=problem.backend, record=False)
+    assert "(draw " in run.shipped.spec.instruction and run.confirmation.best_accuracy > 0.7
+    sampled = [c for c in run.outcome.ranking if "(draw " in c.spec.instruction]
+    assert len({c.spec.instruction for c in sampled}) >= 2  # distinct seeds, distinct samples
+    off = prompttune.optimize(problem.task, optimizer="reflect", budget=1000, space=problem.space,
+                              backend=problem.backend, record=False, options={"write_instructions": False})
+    assert not any("(draw " in c.spec.instruction for c in off.outcome.ranking)

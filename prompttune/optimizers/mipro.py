@@ -39,11 +39,8 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
-from prompttune.optimizers.search_helpers import rank_by_score, rotating_minibatch, shuffled_demo_sets
+from prompttune.optimizers.search_helpers import STYLE_TIPS, rank_by_score, rotating_minibatch, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
-
-STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
-              "Phrase it as a question.", "Ask for a one-word answer.", "Be creative.")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

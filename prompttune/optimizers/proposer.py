@@ -20,10 +20,11 @@ class Proposer:
     def __init__(self, backend: Backend, meter: Meter, max_new_tokens: int = 64) -> None:
         self.backend, self.meter, self.max_new_tokens = backend, meter, max_new_tokens
 
-    def __call__(self, request: str, max_new_tokens: int | None = None) -> str:
-        """The model's answer to `request`, sent as one user turn."""
+    def __call__(self, request: str, max_new_tokens: int | None = None, temperature: float = 0.0,
+                 seed: int = 0) -> str:
+        """The model's answer to `request`, sent as one user turn: greedy, or sampled (`complete`)."""
         text = self.backend.to_text(Prompt(messages=(("user", request),)))
-        return self.complete(text, max_new_tokens or self.max_new_tokens)
+        return self.complete(text, max_new_tokens or self.max_new_tokens, temperature, seed)
 
     def complete(self, text: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> str:
         """The continuation of the final prompt text `text`: greedy, or a sample at `temperature`

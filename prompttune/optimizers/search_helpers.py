@@ -15,6 +15,9 @@ import numpy as np
 from prompttune.core.types import Record
 from prompttune.search_spaces.space import Candidate
 
+STYLE_TIPS = ("Be concise.", "Be precise and formal.", "Describe each category briefly.",
+              "Phrase it as a question.", "Ask for a one-word answer.", "Be creative.")
+
 
 def shuffled_demo_sets(solved: Sequence[str], rng: np.random.Generator, count: int, max_demos: int,
                        taken: Sequence[tuple[str, ...]] = ()) -> list[tuple[str, ...]]:
@@ -113,3 +116,10 @@ def edit_request(instruction: str, feedback: str, written: Sequence[str], label_
             + "".join(f"Already proposed (write a different one): {w}\n" for w in written)
             + f"Rewrite the instruction following the feedback. The answer must stay one of: "
             f"{', '.join(label_words)}.\nImproved instruction:")
+
+
+def sample_request(shown: str, label_words: Sequence[str], tip: str) -> str:
+    """The call for one sampled instruction: labelled train examples and a style tip, no task summary
+    (one call less; a sample at temperature 1.0 strays from any summary anyway)."""
+    return (f"Examples:\n{shown}\nThe answer must be one of: {', '.join(label_words)}.\n"
+            f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:")
