@@ -154,10 +154,14 @@ def test_instructions_sampled_at_temperature_one_are_raced_and_can_ship() -> Non
     instruction writing off it cannot reach them."""
     problem = OracleProblem.colours(accuracy=lambda text: 0.85 if "(draw " in text else 0.55, sizes=(60, 300, 60))
     run = prompttune.optimize(problem.task, optimizer="reflect", budget=1000, space=problem.space,
-                              backend=problem.backend, record=False)
+                              backend=problem.backend, record=False, options={"sampled": 0.5})
     assert "(draw " in run.shipped.spec.instruction and run.confirmation.best_accuracy > 0.7
     sampled = [c for c in run.outcome.ranking if "(draw " in c.spec.instruction]
     assert len({c.spec.instruction for c in sampled}) >= 2  # distinct seeds, distinct samples
     off = prompttune.optimize(problem.task, optimizer="reflect", budget=1000, space=problem.space,
-                              backend=problem.backend, record=False, options={"write_instructions": False})
+                              backend=problem.backend, record=False,
+                              options={"sampled": 0.5, "write_instructions": False})
     assert not any("(draw " in c.spec.instruction for c in off.outcome.ranking)
+    default = prompttune.optimize(problem.task, optimizer="reflect", budget=1000, space=problem.space,
+                                  backend=problem.backend, record=False)  # sampling is off by default
+    assert not any("(draw " in c.spec.instruction for c in default.outcome.ranking)

@@ -95,8 +95,8 @@ class ReflectOptions(OptimizerOptions):
     patience: int = Field(4, ge=1, description="rejected children before the race block grows")
     write_instructions: bool = Field(True, description="reflect, merge and sample write instructions (off: the "
                                      "listed ones only)")
-    sampled: float = Field(0.5, ge=0, le=1, description="share of the screen's draws whose instruction is a "
-                           "proposal sampled at temperature 1.0 (with writing on)")
+    sampled: float = Field(0.0, ge=0, le=1, description="share of the screen's draws whose instruction is a "
+                           "proposal sampled at temperature 1.0; above 0 (with writing on) sampling is also a move")
     swap_demos: bool = Field(True, description="replace demos by train examples the parent answers right (where "
                              "the space searches few-shot k)")
     calibration: bool = Field(True, description="also race each prompt calibrated (contextual calibration)")
@@ -185,6 +185,7 @@ class ReflectiveRace(Optimizer):
         self.critiques: list[str] = []
         self.written: set[str] = set()
         self.samples = 0  # instructions sampled so far: each sample's seed
+        self.moves = MOVES if self.options.sampled > 0 else MOVES[:-1]
         self.steps = 0
         self.race_scores: dict[tuple[str, int, str], float] = {}  # (candidate, block length, kind): blocks only grow
         self.final_stage = False
@@ -247,7 +248,7 @@ class ReflectiveRace(Optimizer):
 
     def _evolve(self) -> Iterator[TrialRequest]:
         rejected = idle = 0
-        while idle < 20 * len(MOVES) and self._spent() + len(self.block) + self.options.minibatch + 2 < \
+        while idle < 20 * len(self.moves) and self._spent() + len(self.block) + self.options.minibatch + 2 < \
                 self.context.budget - self._final_reserve():
             self.steps += 1
             move = self._move()
@@ -283,8 +284,8 @@ class ReflectiveRace(Optimizer):
     def _move(self) -> str:
         """The next move, drawn in proportion to its children's success so far ((entered + 1) /
         (made + 2)): on a model whose reflections do not help, grammar moves and merges take over."""
-        weights = np.array([(self.entered[m] + 1) / (self.made[m] + 2) for m in MOVES])
-        return MOVES[int(self.rng.choice(len(MOVES), p=weights / weights.sum()))]
+        weights = np.array([(self.entered[m] + 1) / (self.made[m] + 2) for m in self.moves])
+        return self.moves[int(self.rng.choice(len(self.moves), p=weights / weights.sum()))]
 
     def _final(self) -> Iterator[TrialRequest]:
         """A race over the pool: while more than `finalists` remain, the dev prefix doubles and the
@@ -501,7 +502,7 @@ class ReflectiveRace(Optimizer):
         return replace(genome, assignment=tuple(sorted(assignment.items())), instruction=donor.instruction)
 
     def report_lines(self) -> list[str]:
-        made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in MOVES)
+        made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in self.moves)
         leader = next(iter(self.ranking()), None)
         lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps; children by "
                  f"move: {made}); race block {len(self.block)} dev examples; finalists on "
