@@ -24,7 +24,10 @@ Three stages, sized to the budget:
    parent answers right; (d) a *merge*: the instruction of one front prompt with the rest of
    another. The child (and its twin) is scored on the same block; it enters the pool when its
    race score beats the pool's worst. After `patience` rejected children the block grows by half, so the
-   race spends its examples where the pool is hard to separate.
+   race spends its examples where the pool is hard to separate. With `sampled` above 0 a share of
+   the screen's draws carry an instruction sampled at temperature 1.0 (as DSPy's MIPROv2 proposes)
+   and (e) a *sample*, the parent under a fresh one, is a fifth move; off by default, as on sst2's
+   split seeds 5–9 it shipped 0.800 against 0.814 (docs/results/reflect_sampled_sst2_seeds5_9.md).
 3. **Final.** A race over the pool on doubling dev prefixes (the better half by race score goes on),
    then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
    afford, ranked by the run's objective there; the driver's verdict tests the leader.
