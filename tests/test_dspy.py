@@ -160,10 +160,14 @@ def test_dspy_settings_follow_dspy_and_the_cap() -> None:
     for arm in DSPY_ARMS:  # the options same-space mode holds an arm with are options it takes
         for options in REACH[arm].holds.values():
             DSPY_OPTIMIZERS[arm](100_000, Sizes(1000, 300), dict(options))
-    # MIPROv2: auto=None with as many candidates as the cap pays for at MIPROv2's recommended trials.
+    # MIPROv2: auto=None with as many candidates as the cap pays for at MIPROv2's recommended trials (16),
+    # then trials until its estimate reaches 1.1x the cap (it spends less than the estimate; the cap stops it).
     sized = DSPY_OPTIMIZERS["dspy-mipro"](1000, Sizes(1000, 300), {})
-    assert sized.valset_size == 100 and (sized.num_candidates, sized.num_trials) == (11, 16)
-    assert "auto=None sized to the cap" in sized.description and "estimated 988 calls" in sized.description
+    assert sized.valset_size == 100 and (sized.num_candidates, sized.num_trials) == (11, 19)
+    assert "auto=None sized to the cap" in sized.description and "estimated 1085 calls" in sized.description
+    assert "past the cap, which stops it near its end" in sized.description
+    huge = DSPY_OPTIMIZERS["dspy-mipro"](100_000, Sizes(1000, 300), {})  # trials stop once they add no calls
+    assert huge.num_candidates == huge.MOST_CANDIDATES and huge.num_trials < 10_000
     roomier = DSPY_OPTIMIZERS["dspy-mipro"](2000, Sizes(1000, 300), {})
     assert roomier.num_candidates > sized.num_candidates and roomier.num_trials > sized.num_trials
     # DSPy's presets stay available, chosen by option and described as such.
