@@ -209,9 +209,10 @@ class Mipro(DspyArm):
         while n < self.MOST_CANDIDATES and estimate(n + 1) <= self.cap:
             n += 1
         trials = _recommended_trials(n, zero_shot)
+        calls = self._estimate(n, n, trials)
         # ... while a trial still adds calls: once every program is fully scored, more trials add none.
-        while self._estimate(n, n, trials) < self._estimate(n, n, trials + 1) <= self.REACH * self.cap:
-            trials += 1
+        while calls < (more := self._estimate(n, n, trials + 1)) <= self.REACH * self.cap:
+            trials, calls = trials + 1, more
         return n, trials
 
     def _settle(self) -> str:

@@ -39,7 +39,13 @@ from pydantic import Field
 
 from prompttune.core.types import Record
 from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
-from prompttune.optimizers.search_helpers import STYLE_TIPS, rank_by_score, rotating_minibatch, shuffled_demo_sets
+from prompttune.optimizers.search_helpers import (
+    STYLE_TIPS,
+    instruction_request,
+    rank_by_score,
+    rotating_minibatch,
+    shuffled_demo_sets,
+)
 from prompttune.search_spaces.space import Candidate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -90,7 +96,6 @@ class Mipro(Optimizer):
         pool = [base.instruction]
         if self.options.instructions == 1:
             return pool
-        labels = ", ".join(base.label_words)
         examples = [self.memo[self.baseline.id][i] for i in self.pool_ids[:4]]
         shown = "\n".join(f"- {self.example_text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
         summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
@@ -99,9 +104,8 @@ class Mipro(Optimizer):
             if len(pool) >= self.options.instructions:
                 break
             tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
-            text = self.usable_rewrite(self.proposer(
-                f"Task: {summary.strip()}\nExamples:\n{shown}\nThe answer must be one of: {labels}.\n"
-                f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:"), base)
+            text = self.usable_rewrite(self.proposer(instruction_request(shown, base.label_words, tip, summary.strip())),
+                                       base)
             if text is not None and text not in pool:
                 pool.append(text)
         return pool

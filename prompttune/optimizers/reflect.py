@@ -74,9 +74,9 @@ from prompttune.optimizers.search_helpers import (
     critique_request,
     edit_request,
     error_directions,
+    instruction_request,
     rank_by_score,
     rotating_minibatch,
-    sample_request,
     shown_instruction,
 )
 from prompttune.search_spaces.prompt import PromptSpec
@@ -422,7 +422,7 @@ class ReflectiveRace(Optimizer):
         gold = {e.id: e.label for e in self.context.space.demo_pool}
         shown = "\n".join(f"- {self.example_text(i, 200)} -> {spec.label_words[gold[i]]}" for i in ids)
         tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
-        reply = self.proposer(sample_request(shown, spec.label_words, tip), temperature=1.0,
+        reply = self.proposer(instruction_request(shown, spec.label_words, tip), temperature=1.0,
                              seed=self.context.seed * 100_000 + self.samples)  # each arm seed its own draws
         return self.usable_rewrite(reply, spec)
 

@@ -118,8 +118,10 @@ def edit_request(instruction: str, feedback: str, written: Sequence[str], label_
             f"{', '.join(label_words)}.\nImproved instruction:")
 
 
-def sample_request(shown: str, label_words: Sequence[str], tip: str) -> str:
-    """The call for one sampled instruction: labelled train examples and a style tip, no task summary
-    (one call less; a sample at temperature 1.0 strays from any summary anyway)."""
-    return (f"Examples:\n{shown}\nThe answer must be one of: {', '.join(label_words)}.\n"
+def instruction_request(shown: str, label_words: Sequence[str], tip: str, task: str | None = None) -> str:
+    """The call for one proposed instruction: labelled train examples, a style tip, and the task summary
+    where there is one (reflect's samples go without: one call less, and a sample at temperature 1.0
+    strays from any summary anyway)."""
+    return ("" if task is None else f"Task: {task}\n") + (
+            f"Examples:\n{shown}\nThe answer must be one of: {', '.join(label_words)}.\n"
             f"Write one instruction that tells a model how to do this task. {tip}\nInstruction:")
