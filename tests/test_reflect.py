@@ -165,3 +165,19 @@ def test_instructions_sampled_at_temperature_one_are_raced_and_can_ship() -> Non
     default = prompttune.optimize(problem.task, optimizer="reflect", budget=1000, space=problem.space,
                                   backend=problem.backend, record=False)  # sampling is off by default
     assert not any("(draw " in c.spec.instruction for c in default.outcome.ranking)
+
+
+def test_each_screen_draw_with_demos_gets_its_own_class_balanced_set() -> None:
+    problem = OracleProblem.colours()
+    space = problem.space.with_demos(4)  # k in {0, 2, 4}: the grid's draws share one set of each size
+    gold = {e.id: e.label for e in problem.task.splits["train"]}
+
+    def demo_sets(options: dict) -> set[tuple[str, ...]]:
+        run = prompttune.optimize(problem.task, optimizer="reflect", budget=2000, space=space,
+                                  backend=problem.backend, record=False, options=options)
+        return {c.spec.demo_ids for c in run.strategy.optimizer.candidates.values() if c.spec.demo_ids}
+
+    sets = demo_sets({"swap_demos": False, "demo_sets": True})  # no swaps: every set comes from the screen
+    assert len(sets) >= 4
+    assert all(len({gold[i] for i in demos}) == min(3, len(demos)) for demos in sets)  # every class in turn
+    assert len(demo_sets({"swap_demos": False})) <= 2  # off by default: the grid's one set per k

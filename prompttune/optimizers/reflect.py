@@ -28,6 +28,9 @@ Three stages, sized to the budget:
    the screen's draws carry an instruction sampled at temperature 1.0 (as DSPy's MIPROv2 proposes)
    and (e) a *sample*, the parent under a fresh one, is a fifth move; off by default, as on sst2's
    split seeds 5–9 it shipped 0.800 against 0.814 (docs/results/reflect_sampled_sst2_seeds5_9.md).
+   With `demo_sets` each screen draw that shows demos gets its own class-balanced set (the grid's
+   draws share one set per k); off by default, as on the same seeds it shipped 0.786
+   (docs/results/reflect_demo_sets_sst2_seeds5_9.md).
 3. **Final.** A race over the pool on doubling dev prefixes (the better half by race score goes on),
    then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
    afford, ranked by the run's objective there; the driver's verdict tests the leader.
@@ -79,6 +82,7 @@ from prompttune.optimizers.search_helpers import (
     rotating_minibatch,
     shown_instruction,
 )
+from prompttune.search_spaces.demos import choose_demos
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate
 
@@ -102,6 +106,8 @@ class ReflectOptions(OptimizerOptions):
                            "proposal sampled at temperature 1.0; above 0 (with writing on) sampling is also a move")
     swap_demos: bool = Field(True, description="replace demos by train examples the parent answers right (where "
                              "the space searches few-shot k)")
+    demo_sets: bool = Field(False, description="each screen draw that shows demos gets its own class-balanced set "
+                            "of train examples (where the space searches few-shot k; off: the grid's one set per k)")
     calibration: bool = Field(True, description="also race each prompt calibrated (contextual calibration)")
     race_score: Literal["margin", "probability", "tiebreak", "objective", "staged"] = Field(
         "tiebreak", description="what the race ranks by on the block: the gold label's mean log-probability margin, "
@@ -173,7 +179,8 @@ class ReflectiveRace(Optimizer):
         self.instruction_dims = {d.name for d in space.dimensions
                                  if d.target == "instruction" or d.target.startswith("slot:")}
         self.demo_dims = {d.name for d in space.dimensions if d.kind == "few_shot"}
-        self.swapping = self.options.swap_demos and any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
+        self.demo_search = any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
+        self.swapping = self.options.swap_demos and self.demo_search
         self.block = list(self.context.dev_ids[: self.first_block(self.context, self.options)])
         self.genomes: dict[str, Genome] = {}
         self.built: dict[Genome, Candidate] = {}
@@ -239,6 +246,8 @@ class ReflectiveRace(Optimizer):
             if number and int(number * sampled) > int((number - 1) * sampled):
                 text = self._sampled_instruction(candidate.spec)
                 genome = genome if text is None else replace(genome, instruction=text)
+            if number and self.demo_search and self.options.demo_sets and candidate.spec.demo_ids:
+                genome = replace(genome, demo_ids=self._demo_set(len(candidate.spec.demo_ids)))
             yield from self._race(genome, "screen")
         alive = self._by_score([k for k in self.candidates if k not in self.echoes])
         if len(alive) > pool:
@@ -425,6 +434,11 @@ class ReflectiveRace(Optimizer):
         reply = self.proposer(instruction_request(shown, spec.label_words, tip), temperature=1.0,
                              seed=self.context.seed * 100_000 + self.samples)  # each arm seed its own draws
         return self.usable_rewrite(reply, spec)
+
+    def _demo_set(self, k: int) -> tuple[str, ...]:
+        """k train examples, every class in turn, for one screen draw: which demos show can move a small
+        model's answers as much as the format, and the grid's draws all share one set per k."""
+        return choose_demos(self.context.space.demo_pool, k, "balanced", 0, int(self.rng.integers(2**31)))
 
     def _sample(self, parent_key: str) -> Genome | None:
         """(e) The parent with a freshly sampled instruction over its own."""
