@@ -130,6 +130,22 @@ def test_a_calibrated_prompt_says_so_in_every_export(tmp_path: Path) -> None:
     assert json.loads(export(run, "json", tmp_path / "plain-out")[0].read_text())["calibration"] is None
 
 
+def test_a_batch_calibrated_prompt_exports_its_offsets_and_evaluate_reads_them_back(tmp_path: Path) -> None:
+    run, spec, demos = _run_dir(tmp_path)
+    spec = spec.with_updates(label_bias=(-0.5, -1.25, -1.75))
+    (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
+    out = tmp_path / "out"
+    written = export(run, "text", out)
+    assert [p.name for p in written] == ["prompt.txt", "calibration.txt"]
+    assert "batch-calibrated" in written[1].read_text() and "-1.2500" in written[1].read_text()
+    for to in ("json", "openai-chat"):
+        data = json.loads(export(run, to, out)[0].read_text())
+        assert data["calibrate"] is True and data["calibration"]["bias"] == [-0.5, -1.25, -1.75]
+        assert data["calibration"]["method"].startswith("batch calibration")
+    again = exported_spec(data, task_of(oracle_config(tmp_path)))
+    assert again.label_bias == spec.label_bias and not again.calibrate  # offsets, not content-free probes
+
+
 def test_a_shipped_prompt_exported_to_openai_chat_scores_its_test_accuracy_again(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     backend = oracle_for(config)

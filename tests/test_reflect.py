@@ -15,6 +15,7 @@ from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record, ScoreRequest, ScoreResult
 from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.evaluation.prediction import debiased, label_bias
 from prompttune.optimizers.base import SearchContext
 from prompttune.optimizers.reflect import ReflectiveRace, gold_probability, margin, race_score
 from prompttune.search_spaces import default_space
@@ -46,13 +47,28 @@ def test_calibration_is_raced_and_ships_with_the_prompt_when_it_pays() -> None:
     problem = _biased_problem()
     run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
                               backend=problem.backend, record=False)
-    assert run.outcome.leader.spec.calibrate and run.shipped.spec.calibrate
-    # The verdict scored the shipped prompt calibrated on test: every answer right, against a third raw.
+    # Batch calibration by default: the offsets come from the raw prompt's answers, at no call.
+    assert run.outcome.leader.spec.label_bias and run.shipped.spec.label_bias
     assert run.confirmation.best_accuracy == 1.0 and run.confirmation.baseline_accuracy == pytest.approx(1 / 3)
-    assert run.ledger.calls_by_kind["content-free"] > 0  # the probes are charged like any call
+    assert run.ledger.calls_by_kind.get("content-free", 0) == 0
+    contextual = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+                                     backend=problem.backend, record=False, options={"calibration": "contextual"})
+    assert contextual.shipped.spec.calibrate and contextual.confirmation.best_accuracy == 1.0
+    assert contextual.ledger.calls_by_kind["content-free"] > 0  # the probes are charged like any call
     off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
-                              backend=problem.backend, record=False, options={"calibration": False})
-    assert not any(c.spec.calibrate for c in off.outcome.ranking)
+                              backend=problem.backend, record=False, options={"calibration": "off"})
+    assert not any(c.spec.calibrate or c.spec.label_bias for c in off.outcome.ranking)
+
+
+def test_batch_calibration_subtracts_the_mean_label_scores_of_unlabelled_inputs() -> None:
+    def record(scores: tuple[float, ...]) -> Record:
+        return Record("x", 0, int(np.argmax(scores)), scores, None, 10, 1, False)
+
+    # Every input leans to label 1 by 2 nats: the offsets carry that lean, and take it out.
+    records = [record((0.5, 2.0)), record((1.0, 2.0)), record((-1.0, 2.0))]
+    offsets = label_bias(records)
+    assert offsets[1] - offsets[0] == pytest.approx(2.0, abs=0.2)
+    assert [int(np.argmax(debiased(r.label_logprobs, offsets))) for r in records] == [0, 0, 1]
 
 
 def test_the_margin_is_dense_and_bounded() -> None:
@@ -111,13 +127,13 @@ def test_same_space_holds_what_the_space_does_not_declare_native_mode_lets_it_wr
     space = default_space(task_of(config)).bind(task_of(config).splits["train"])
     # The space lists instructions, so an instruction writer writes them; it declares no calibration.
     same = plan_coverage(["random", "reflect"], space, "same-space", {})["reflect"]
-    assert same.options == {"calibration": False} and "calibrate" in same.held_fields
+    assert same.options == {"calibration": "off"} and "calibrate" in same.held_fields
     assert same.sources == ("listed values", "written by a model")
     formats_only = replace(space, dimensions=[d for d in space.dimensions if d.target != "instruction"])
     held = plan_coverage(["random", "reflect"], formats_only, "same-space", {})["reflect"]
-    assert held.options == {"write_instructions": False, "calibration": False}
+    assert held.options == {"write_instructions": False, "calibration": "off"}
     native = plan_coverage(["reflect"], space, "native", {})["reflect"]
-    assert native.sources == ("listed values", "written by a model", "contextual calibration")
+    assert native.sources == ("listed values", "written by a model", "calibration")
     assert "calibrate" not in native.held_fields
 
 

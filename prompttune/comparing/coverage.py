@@ -33,14 +33,14 @@ MODES = {"same-space": "optimizer comparison on one space", "native": "tool comp
 
 INSTRUCTION, DEMOS, CALIBRATION = "instruction", "demos", "calibration"
 ASPECT_FIELDS = {INSTRUCTION: frozenset({"instruction"}), DEMOS: frozenset({"demo_ids"}),
-                 CALIBRATION: frozenset({"calibrate"})}
+                 CALIBRATION: frozenset({"calibrate", "label_bias"})}
 WRITES = {INSTRUCTION: "writes its own instruction", DEMOS: "chooses its own demos",
           CALIBRATION: "calibrates its label scores"}
 SPEC_FIELDS = frozenset(f.name for f in fields(PromptSpec))
 
 
 LISTED, WRITTEN, BOOTSTRAPPED, CALIBRATED = ("listed values", "written by a model", "bootstrapped demos",
-                                             "contextual calibration")
+                                             "calibration")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ REACH: dict[str, Reach] = {
                    holds={INSTRUCTION: {"instructions": 1}, DEMOS: {"demo_sets": 1}}),
     "bfrs": Reach(writes=(DEMOS,)),
     "reflect": Reach(lists=True, writes=(INSTRUCTION, CALIBRATION),  # demo swaps stay within a few-shot dimension
-                     holds={INSTRUCTION: {"write_instructions": False}, CALIBRATION: {"calibration": False}}),
+                     holds={INSTRUCTION: {"write_instructions": False}, CALIBRATION: {"calibration": "off"}}),
     "cople": Reach(writes=(INSTRUCTION,)),
     "p2g": Reach(writes=(INSTRUCTION,)),
     "dspy-mipro": Reach(writes=(INSTRUCTION, DEMOS), holds={DEMOS: {"max_demos": 0}}),

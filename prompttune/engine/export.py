@@ -17,7 +17,9 @@ A shipped prompt that carries `calibrate` (contextual calibration of the label s
 every format: text writes calibration.txt beside prompt.txt, json and openai-chat hold a
 `calibration` block with the content-free inputs and prompts production scores to get the bias
 (the run's records keep calibrated scores only, so the bias itself cannot be recovered from
-them), and program.py states that DSPy applies none.
+them), and program.py states that DSPy applies none. One that carries `label_bias` (batch
+calibration) holds the offsets themselves in that block and in calibration.txt: they are part of the
+prompt, fixed when the optimizer made it.
 """
 
 from __future__ import annotations
@@ -65,9 +67,15 @@ def content_free_prompts(spec: PromptSpec, demos: list[Example]) -> list[Prompt]
 
 
 def calibrated(spec: PromptSpec, config: RunConfig) -> bool:
-    """Whether the run predicted this prompt with contextual calibration: the run's scoring, or under
-    logit scoring the spec's own choice (CoT prompts answer by generation: no label scores)."""
-    return not spec.cot and (config.scoring == "calibrated" or (config.scoring == "logit" and spec.calibrate))
+    """Whether the run predicted this prompt calibrated: contextually by the run's scoring, or under
+    logit scoring by the spec's own choice, contextual or batch (CoT prompts answer by generation:
+    no label scores)."""
+    return not spec.cot and (config.scoring == "calibrated" or
+                             (config.scoring == "logit" and (spec.calibrate or bool(spec.label_bias))))
+
+
+def batch_calibrated(spec: PromptSpec, config: RunConfig) -> bool:
+    return calibrated(spec, config) and config.scoring == "logit" and not spec.calibrate
 
 
 def as_text(prompt: Prompt) -> str:
@@ -108,6 +116,12 @@ def calibration(spec: PromptSpec, config: RunConfig, demos: list[Example],
     turns each content-free prompt into the export's own form."""
     if not calibrated(spec, config):
         return None
+    if batch_calibrated(spec, config):
+        return {"method": "batch calibration (Zhou et al. 2024): normalise the label log-probabilities over the "
+                          "labels, subtract bias (one value per label word, in order), take the largest",
+                "bias": list(spec.label_bias),
+                "bias_from": "the mean normalised label log-probabilities over unlabelled dev inputs, estimated "
+                             "by the optimizer when it made the prompt and fixed since (part of the prompt)"}
     return {"method": "contextual calibration (Zhao et al. 2021): normalise the label probabilities over the "
                       "labels, divide by bias, normalise again, take the largest",
             "content_free_inputs": list(CONTENT_FREE),
@@ -155,6 +169,12 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
 
 def write_calibration_note(spec: PromptSpec, demos: list[Example], out: Path) -> Path:
     """calibration.txt beside prompt.txt: the text export's word that the prompt ships calibrated."""
+    if spec.label_bias and not spec.calibrate:
+        offsets = ", ".join(f"{word} {bias:+.4f}" for word, bias in zip(spec.label_words, spec.label_bias))
+        (out / "calibration.txt").write_text(
+            "The shipped prompt is batch-calibrated (Zhou et al. 2024): normalise its label log-probabilities "
+            f"over the labels, subtract these offsets, then take the largest: {offsets}.\n", encoding="utf-8")
+        return out / "calibration.txt"
     probes = "\n\n".join(f"--- content-free input {value!r} ---\n{as_text(p)}"
                          for value, p in zip(CONTENT_FREE, content_free_prompts(spec, demos)))
     (out / "calibration.txt").write_text(
@@ -251,7 +271,7 @@ def _dspy_drops(spec: PromptSpec, config: RunConfig) -> str:
                      f"{MAX_NEW_TOKENS} generated tokens, so a prediction differs where the answer does not name "
                      "the likeliest label (with --scoring generate they are the run's own).")
     if calibrated(spec, config):
-        drops.append("- The shipped prompt is calibrated (contextual calibration of the label scores); a generated "
+        drops.append("- The shipped prompt is calibrated (its label scores adjusted); a generated "
                      "answer has no label scores, so DSPy applies no calibration (prompt.json's or "
                      "prompt.openai-chat.json's `calibration` block says how to).")
     drops.append("- DSPy optimizers that change the instruction or demos cannot change what PromptAdapter sends: it "

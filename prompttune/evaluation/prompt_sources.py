@@ -67,6 +67,10 @@ class _Answer(BaseModel):
     cot: bool = False
 
 
+class _Calibration(BaseModel):
+    bias: list[float] | None = None  # batch calibration's offsets; contextual calibration exports none
+
+
 class _OpenAIChatExport(BaseModel):
     """The parts of an openai-chat export that decide how it renders and is scored."""
 
@@ -78,6 +82,7 @@ class _OpenAIChatExport(BaseModel):
     label_words: list[str] = Field(min_length=1)
     answer: _Answer
     calibrate: bool
+    calibration: _Calibration | None = None
 
 
 class _PromptsFile(BaseModel):
@@ -153,6 +158,8 @@ def exported_spec(data: object, task: Task) -> PromptSpec:
     *system, user = export.messages
     if user.role != "user" or [m.role for m in system] not in ([], ["system"]) or (system and not export.chat):
         raise UserError("expected an optional system message, then one user message")
+    bias = tuple(export.calibration.bias) if export.calibration and export.calibration.bias else ()
+    calibration = {"calibrate": export.calibrate and not bias, "label_bias": bias}
     pieces, tail = _placeholder_templates(user.content, export.input_fields)
     if not pieces:
         raise UserError(f"the user message holds no {{{export.input_fields[0]}}}")
@@ -160,10 +167,10 @@ def exported_spec(data: object, task: Task) -> PromptSpec:
         pieces[-1] = (pieces[-1][0], pieces[-1][1] + tail)
         return PromptSpec(instruction="", input_templates=tuple(pieces), field_joiner="", chat=True,
                           system=system[0].content if system else None, label_words=tuple(export.label_words),
-                          output_template=export.assistant_prefix + carried + "{}", calibrate=export.calibrate)
+                          output_template=export.assistant_prefix + carried + "{}", **calibration)
     return PromptSpec(instruction="", input_templates=tuple(pieces), field_joiner="", intra_separator="",
                       output_template=tail + carried + "{}", label_words=tuple(export.label_words),
-                      calibrate=export.calibrate)
+                      **calibration)
 
 
 def _label_words(raw: list[str] | dict[str, str] | None, task: Task) -> list[str]:

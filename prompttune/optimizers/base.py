@@ -22,7 +22,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, get_args, get_origin
 
 import numpy as np
@@ -124,11 +124,8 @@ def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
 
 def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
     """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec
-    (an uncalibrated spec hashes as before `calibrate` existed, so earlier runs keep their ids)."""
-    fields = asdict(spec)
-    if not spec.calibrate:
-        del fields["calibrate"]
-    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+    (an uncalibrated spec hashes as before `calibrate` and `label_bias` existed, so earlier runs keep their ids)."""
+    digest = hashlib.sha1(json.dumps(spec.hashed_fields(), sort_keys=True).encode()).hexdigest()[:12]
     return Candidate(f"{origin}-{digest}", (), spec)
 
 

@@ -7,7 +7,7 @@ share the live format.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal, Mapping, Sequence
 
 from prompttune.core.types import Example, Prompt
@@ -22,6 +22,8 @@ class PromptSpec:
     pre-rendered option list shown with every example, so demos and query share it.
     `calibrate` changes no text: it divides the label probabilities by the prompt's own bias on
     content-free inputs (`prompttune.evaluation.prediction`), a part of the prompt that ships with it.
+    `label_bias` changes no text either: batch calibration's offsets, subtracted from the label
+    log-probabilities (normalised over the labels), estimated once from unlabelled inputs and fixed.
     """
 
     instruction: str = ""
@@ -41,6 +43,7 @@ class PromptSpec:
     passage_separator: str = "\n"
     options: str = ""
     calibrate: bool = False  # contextual calibration of the label scores (needs label log-probabilities)
+    label_bias: tuple[float, ...] = ()  # batch calibration's per-label offsets (needs label log-probabilities)
 
     @property
     def output_prefix(self) -> str:
@@ -48,6 +51,15 @@ class PromptSpec:
 
     def with_updates(self, **changes: object) -> "PromptSpec":
         return replace(self, **changes)
+
+    def hashed_fields(self) -> dict[str, object]:
+        """The fields that ids and hashes are made of: `asdict` without `calibrate` and `label_bias` at
+        their defaults, so a spec hashes as it did before those fields existed."""
+        data = asdict(self)
+        for name in ("calibrate", "label_bias"):
+            if not data[name]:
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> "PromptSpec":

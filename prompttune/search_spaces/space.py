@@ -178,7 +178,8 @@ class SearchSpace:
     def fingerprint(self) -> str:
         """Hash of what defines the candidates (name, baseline spec, dimensions with their values,
         default, rules), so two runs can show they searched the same space."""
-        payload = {"name": self.name, "base": asdict(self.base), "default": self.default,
+        base = {k: v for k, v in asdict(self.base).items() if k != "label_bias" or v}  # hashes as before it existed
+        payload = {"name": self.name, "base": base, "default": self.default,
                    "dimensions": [[d.name, d.target, d.kind, list(d.values)] for d in self.dimensions],
                    "rules": [rule.describe() for rule in self.constraints]}
         return hashlib.sha256(canonical(payload).encode()).hexdigest()[:12]
