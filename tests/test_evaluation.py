@@ -43,6 +43,31 @@ def test_cache_hit_costs_no_budget_and_persists(tmp_path: Path) -> None:
     assert ledger2.calls == backend2.calls == 0
 
 
+class _MissesOnce(ResultCache):
+    """A TEST DEVICE: its first lookup finds nothing, as when another process stores the same keys
+    between this process's lookup and its write."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.lookups = 0
+
+    def get_many(self, keys: list[str]) -> dict:
+        self.lookups += 1
+        return {} if self.lookups == 1 else super().get_many(keys)
+
+
+def test_two_processes_missing_one_key_both_read_the_first_answer_stored(tmp_path: Path) -> None:
+    task, _, _, first = _setup(None, ResultCache(tmp_path / "c.sqlite"))
+    spec = default_space(task).default_candidate().spec
+    dev = [e.id for e in task.splits["dev"]][:40]
+    stored = [r.pred for r in first.evaluate(spec, dev)]
+    examples = [e for split in task.splits.values() for e in split]
+    other_model = CountingBackend(SyntheticOracleBackend(examples, lambda text: 0.2))  # same id, other answers
+    late = Evaluator(other_model, {e.id: e for e in task.splits["dev"]}, {e.id: e for e in task.splits["train"]},
+                     _MissesOnce(tmp_path / "c.sqlite"), BudgetLedger())
+    assert [r.pred for r in late.evaluate(spec, dev)] == stored and other_model.calls == 40
+
+
 def test_cap_is_hard_and_ledger_equals_backend_calls() -> None:
     task, backend, ledger, evaluator = _setup(cap=50)
     space = default_space(task)

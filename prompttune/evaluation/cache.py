@@ -43,9 +43,12 @@ class ResultCache:
         return found
 
     def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        """Store new entries; a key already stored keeps its first value. Processes sharing the file
+        can miss the same key at once, and a model in bf16 may answer one prompt slightly differently
+        in another batch: the first answer stays the one every reader sees (`Meter.run` reads it back)."""
         rows = [(k, json.dumps(v)) for k, v in items]
         with self._lock:
-            self._db.executemany("INSERT OR REPLACE INTO results VALUES (?, ?)", rows)
+            self._db.executemany("INSERT OR IGNORE INTO results VALUES (?, ?)", rows)
             self._db.commit()
 
     def unpaid(self, keys: list[str]) -> list[str]:
