@@ -167,9 +167,9 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
             "demo_ids": list(spec.demo_ids)}
 
 
-def write_calibration_note(spec: PromptSpec, demos: list[Example], out: Path) -> Path:
+def write_calibration_note(spec: PromptSpec, config: RunConfig, demos: list[Example], out: Path) -> Path:
     """calibration.txt beside prompt.txt: the text export's word that the prompt ships calibrated."""
-    if spec.label_bias and not spec.calibrate:
+    if batch_calibrated(spec, config):
         offsets = ", ".join(f"{word} {bias:+.4f}" for word, bias in zip(spec.label_words, spec.label_bias))
         (out / "calibration.txt").write_text(
             "The shipped prompt is batch-calibrated (Zhou et al. 2024): normalise its label log-probabilities "
@@ -338,7 +338,7 @@ def export(run_dir: Path, to: str, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     if to == "text":
         (out / "prompt.txt").write_text(as_text(template(spec, demos)) + "\n", encoding="utf-8")
-        note = [write_calibration_note(spec, demos, out)] if calibrated(spec, config) else []
+        note = [write_calibration_note(spec, config, demos, out)] if calibrated(spec, config) else []
         return [out / "prompt.txt", *note]
     if to == "json":
         return _write_json(out / "prompt.json", as_json(spec, demos, config, run_dir))

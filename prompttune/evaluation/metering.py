@@ -86,8 +86,7 @@ class Meter:
             raise
         new = {keys[i]: value for i, value in zip(missing, values)}
         self._book(reservation, kind, owed, new)
-        found.update(new)
-        found.update(self.cache.get_many(list(new)))  # another process may have stored a key first: its answer stands
+        found.update(self.cache.get_many(list(new)))  # as stored: another process may have stored a key first
         fresh = set(missing)
         return [found[key] for key in keys], [i not in fresh for i in range(len(keys))]
 

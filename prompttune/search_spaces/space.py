@@ -11,7 +11,7 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -178,7 +178,7 @@ class SearchSpace:
     def fingerprint(self) -> str:
         """Hash of what defines the candidates (name, baseline spec, dimensions with their values,
         default, rules), so two runs can show they searched the same space."""
-        base = {k: v for k, v in asdict(self.base).items() if k != "label_bias" or v}  # hashes as before it existed
+        base = {"calibrate": self.base.calibrate, **self.base.hashed_fields()}  # hashes as before label_bias existed
         payload = {"name": self.name, "base": base, "default": self.default,
                    "dimensions": [[d.name, d.target, d.kind, list(d.values)] for d in self.dimensions],
                    "rules": [rule.describe() for rule in self.constraints]}
