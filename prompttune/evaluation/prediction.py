@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import TYPE_CHECKING, ClassVar, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
 
 import numpy as np
 from scipy.special import logsumexp
@@ -128,9 +128,15 @@ class LogitPredictor(Predictor):
             return CalibratedPredictor(self.evaluator).predict(spec, example_ids)
         records = direct_records(self.evaluator, spec, example_ids)
         if spec.label_bias:
-            debias = [debiased(r.label_logprobs, spec.label_bias) if r.label_logprobs else None for r in records]
-            return [r if d is None else replace(r, pred=_argmax(d), label_logprobs=d) for r, d in zip(records, debias)]
+            return _adjusted(records, lambda scores: debiased(scores, spec.label_bias))
         return records
+
+
+def _adjusted(records: Sequence[Record], adjust: Callable[[Sequence[float]], tuple[float, ...]]) -> list[Record]:
+    """Each record's label scores adjusted (calibration), its prediction their argmax; records without
+    label scores as they are."""
+    adjusted = [adjust(r.label_logprobs) if r.label_logprobs else None for r in records]
+    return [r if a is None else replace(r, pred=_argmax(a), label_logprobs=a) for r, a in zip(records, adjusted)]
 
 
 def direct_records(evaluator: "Evaluator", spec: PromptSpec, example_ids: Sequence[str]) -> list[Record]:
@@ -179,8 +185,7 @@ class CalibratedPredictor(Predictor):
             return GeneratePredictor(self.evaluator).predict(spec, example_ids)
         records = direct_records(self.evaluator, spec, example_ids)
         bias = self.bias(spec)
-        calibrated = [calibrate(r.label_logprobs or (), bias) for r in records]
-        return [replace(r, pred=_argmax(c), label_logprobs=c) for r, c in zip(records, calibrated)]
+        return _adjusted(records, lambda scores: calibrate(scores, bias))
 
 
 class EnsemblePredictor(Predictor):
