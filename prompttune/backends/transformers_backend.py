@@ -18,6 +18,7 @@ except ImportError:  # pragma: no cover - older transformers: decoding keeps Dyn
     DynamicLayer = None
 
 from prompttune.backends.base import TokenizerBackend
+from prompttune.backends.gguf_parts import gguf_tokenizer_and_config
 from prompttune.core.errors import UserError
 from prompttune.core.hub import hub_problem
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
@@ -239,7 +240,10 @@ class TransformersBackend(TokenizerBackend):
         else:
             source = model
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source, **load_kwargs)
+            if "gguf_file" in load_kwargs:  # its tokenizer and config saved beside it after the first load
+                self.tokenizer, load_kwargs["config"] = gguf_tokenizer_and_config(Path(source) / load_kwargs["gguf_file"])
+            else:
+                self.tokenizer = AutoTokenizer.from_pretrained(source)
             self.model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **load_kwargs)
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot load model {model!r}: {str(exc).splitlines()[0]}") from exc
