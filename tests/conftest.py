@@ -37,11 +37,12 @@ def fakes() -> Iterator[list[FakeServer]]:
 
 # -- the embedded model, loaded once -----------------------------------------------------------------
 # Reading the GGUF file and converting it takes 15-25 s on 2 cores (its tokenizer and config come from
-# the folder `gguf_parts` saves after the first load), and some twenty integration tests in eight files run the same model: they share one load per
-# session. A test wraps it in `tests.support.CountingBackend` for counts of its own; the model keeps no
-# state between calls that a result depends on (a test that changes `batch_size` or `prefix_reuse` puts
-# it back). Loading it from a run's config is still checked end to end in processes of their own: the
-# `optimize` child of test_resume's real-model test, test_integration's CLI run, the README API example.
+# the folder `gguf_parts` saves after the first load), and some twenty integration tests in eight files
+# run the same model: they share one load per session. A test wraps it in `tests.support.CountingBackend`
+# for counts of its own; the model keeps no state between calls that a result depends on (a test that
+# changes `batch_size` or `prefix_reuse` puts it back). Loading it from a run's config is still checked
+# end to end in processes of their own: the `optimize` child of test_resume's real-model test,
+# test_integration's CLI run, the README API example.
 
 @pytest.fixture(scope="session")
 def embedded_model() -> Backend:

@@ -25,7 +25,7 @@ def null_runs() -> dict[str, list[dict]]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     workers = max(1, min(4, cores))
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        runs = {name: [pool.submit(error_rate_run, name, 3000, seed, delta=0.0, rho=0.5) for seed in SEEDS]
+        runs = {name: [pool.submit(error_rate_run, name, 2000, seed, delta=0.0, rho=0.5) for seed in SEEDS]
                 for name in OPTIMIZERS}
         return {name: [run.result() for run in futures] for name, futures in runs.items()}
 

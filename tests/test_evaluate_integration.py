@@ -23,7 +23,7 @@ def test_evaluate_agnews_real_model(data_dir: Path, tmp_path: Path, monkeypatch:
                                     embedded_model: Backend) -> None:
     shipped = yaml.safe_load(SHIPPED.read_text())
     prompts = tmp_path / "prompts.yaml"
-    prompts.write_text(yaml.safe_dump({**shipped, "prompts": shipped["prompts"][:10]}))
+    prompts.write_text(yaml.safe_dump({**shipped, "prompts": shipped["prompts"][:6]}))
     backends: list[CountingBackend] = []
 
     def counting_backend(config):  # the default model, which the session has loaded already
@@ -33,7 +33,7 @@ def test_evaluate_agnews_real_model(data_dir: Path, tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(prompt_set, "build_backend", counting_backend)
     code = main(["evaluate", "--task", "agnews", "--data-dir", str(data_dir), "--prompts", str(prompts),
-                 "--test-size", "40", "--train-size", "20", "--dev-size", "20", "--calibrate", "--ensemble", "5",
+                 "--test-size", "30", "--train-size", "20", "--dev-size", "20", "--calibrate", "--ensemble", "5",
                  "--posix", "--posix-size", "1", "--max-new-tokens", "4", "--runs-dir", str(tmp_path / "runs")])
     assert code == 0
     [run] = (tmp_path / "runs").glob("*-agnews-evaluate-s0")
@@ -45,8 +45,8 @@ def test_evaluate_agnews_real_model(data_dir: Path, tmp_path: Path, monkeypatch:
                    "quantiles", "model calls", "tokens"):
         assert phrase in report, phrase
     summary = json.loads((run / "summary.json").read_text())
-    # 10 prompts × (40 test examples + 3 content-free probes + 1 POSIX generation + 1 POSIX re-scoring)
-    assert summary["ledger"]["calls"] == backends[0].calls == 10 * (40 + 3 + 1 + 1)
+    # 6 prompts × (30 test examples + 3 content-free probes + 1 POSIX generation + 1 POSIX re-scoring)
+    assert summary["ledger"]["calls"] == backends[0].calls == 6 * (30 + 3 + 1 + 1)
     logit = summary["settings"]["logit"]
-    assert len(logit["accuracies"]) == 10 and 0.25 < logit["avg_p"] <= 1.0
+    assert len(logit["accuracies"]) == 6 and 0.25 < logit["avg_p"] <= 1.0
     assert summary["posix"] > 0

@@ -35,12 +35,12 @@ def backend(embedded_model: Backend) -> CountingBackend:
 def test_optimizer_smoke_with_the_embedded_model(name: str, backend: CountingBackend, data_dir: Path,
                                                  tmp_path: Path) -> None:
     config = RunConfig(task="agnews", data_dir=str(data_dir), optimizer=name, optimizer_options=OPTIONS[name],
-                       budget=160, train_size=40, dev_size=24, test_size=24, runs_dir=str(tmp_path))
+                       budget=96, train_size=40, dev_size=16, test_size=16, runs_dir=str(tmp_path))
     before = backend.calls
     result = run_study(config, backend=backend)
-    assert result.search_ledger.calls <= 160
+    assert result.search_ledger.calls <= 96
     assert backend.calls - before == result.search_ledger.calls + result.confirm_ledger.calls
     trials = [json.loads(line) for line in (result.run_dir / "trials.jsonl").read_text().splitlines()]
-    assert trials and all(t["budget_spent"] <= 160 for t in trials)
+    assert trials and all(t["budget_spent"] <= 96 for t in trials)
     report = (result.run_dir / "report.md").read_text()
     assert "Held-out test" in report and "## Optimizer" in report
