@@ -49,8 +49,8 @@ from prompttune.search_spaces import Candidate
 HERE = Path(__file__).resolve().parent
 # Arms beyond an optimizer's defaults: reflect on grid moves only (the grid holds no proposer or
 # calibration calls), ranking its race as by default or, as ablations, by each race_score.
-ARMS = {"reflect": ("reflect", {"write_instructions": False, "calibration": False}),
-        **{f"reflect[{score}]": ("reflect", {"write_instructions": False, "calibration": False,
+ARMS = {"reflect": ("reflect", {"write_instructions": False, "calibration": "off"}),
+        **{f"reflect[{score}]": ("reflect", {"write_instructions": False, "calibration": "off",
                                              "race_score": race_score})
            for score, race_score in (("margin", "margin"), ("accuracy", "objective"), ("tiebreak", "tiebreak"),
                                      ("probability", "probability"), ("staged", "staged"))}}

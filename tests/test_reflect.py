@@ -197,3 +197,18 @@ def test_each_screen_draw_with_demos_gets_its_own_class_balanced_set() -> None:
     assert len(sets) >= 4
     assert all(len({gold[i] for i in demos}) == min(3, len(demos)) for demos in sets)  # every class in turn
     assert len(demo_sets({"swap_demos": False})) <= 2  # off by default: the grid's one set per k
+
+
+@pytest.mark.parametrize("budget, calibration, draws", [(600, "off", 8), (600, "batch", 4), (2000, "batch", 15)])
+def test_the_screen_races_as_many_draws_as_its_share_pays_for(budget: int, calibration: str, draws: int) -> None:
+    """3 classes: a first block of 20 dev examples. 600 calls, no twins: 8 draws fill the pool of 8, no second
+    block to pay for (a fixed reserve for one left 3 draws); batch twins fill it with 4; at 2000 calls 15 draws
+    and the best 16 on 40 examples cost 15 x 20 + 15 x 20 = 600, the screen's share."""
+    problem = OracleProblem.colours()
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=budget, space=problem.space,
+                              backend=problem.backend, record=False,
+                              options={"calibration": calibration, "write_instructions": False})
+    trials = run.trials.load()
+    screen = [t for t in trials if t["purpose"].startswith("screen")]
+    assert sum(t["purpose"] == "screen" for t in screen) == draws
+    assert screen[-1]["budget_spent"] <= 0.3 * budget

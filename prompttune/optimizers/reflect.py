@@ -245,10 +245,8 @@ class ReflectiveRace(Optimizer):
     def _screen(self) -> Iterator[TrialRequest]:
         """Distinct draws on the first block; the best `2 × pool` go on to a block twice as long, and
         the pool is the best half of them there: a prompt is not dropped on one short block."""
-        share, pool = int(self.options.screen_share * self.context.budget), self.options.pool
-        sampled = self.options.sampled if self._writing() else 0.0
-        width = max(3, int((share - 2 * pool * len(self.block)) // (len(self.block) + 3 + sampled)))
-        draws = self.context.space.distinct_candidates(self.rng, width, first=[self.baseline])
+        pool, sampled = self.options.pool, (self.options.sampled if self._writing() else 0.0)
+        draws = self.context.space.distinct_candidates(self.rng, self._screen_width(sampled), first=[self.baseline])
         for number, candidate in enumerate(draws):
             genome = Genome(candidate.assignment)
             if number and int(number * sampled) > int((number - 1) * sampled):
@@ -265,6 +263,23 @@ class ReflectiveRace(Optimizer):
         self.pool = self._by_score(alive)[:pool]
         if self.baseline.id not in self.pool:  # the baseline stays a parent: edits start from it too
             self.pool[-1] = self.baseline.id
+
+    def _screen_width(self, sampled: float) -> int:
+        """The most draws (at least 3) the screen's share pays for: each on the first block (plus the share
+        `sampled` of a proposer call, and contextual calibration's 3 probes; a batch twin rides on its raw
+        prompt's answers), then, where more than the pool are alive, the best `2 × pool` on a second block as
+        long. Paying for a second block only where the draws outnumber the pool lets a small budget screen
+        more (600 calls on a 4-class grid: 8 draws, where a fixed reserve left 3)."""
+        share, pool, block = int(self.options.screen_share * self.context.budget), self.options.pool, len(self.block)
+        per_draw = block + sampled + (3 if self.calibrating and self.options.calibration == "contextual" else 0)
+
+        def cost(width: int) -> float:
+            alive = width * (2 if self.calibrating else 1)
+            return width * per_draw + (min(width, 2 * pool) * block if alive > pool else 0)
+        width = 3
+        while cost(width + 1) <= share:
+            width += 1
+        return width
 
     def _evolve(self) -> Iterator[TrialRequest]:
         rejected = idle = 0
