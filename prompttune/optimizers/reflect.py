@@ -239,8 +239,20 @@ class ReflectiveRace(Optimizer):
         return int(self.options.final_share * self.context.budget)
 
     def _final_cost(self, keys: Sequence[str], ids: Sequence[str]) -> int:
-        """Calls that score `keys` and the baseline (which the driver ranks beside them) on `ids`."""
-        return sum(len(self.missing(self.candidates[k], ids)) for k in {*keys, self.baseline.id})
+        """Model calls that score `keys` and the baseline (which the driver ranks beside them) on `ids`. A
+        batch twin's answers are its raw prompt's, so one text pays once for each example that none of
+        its scored variants (the raw prompt included) has answered."""
+        unanswered: dict[str, set[str]] = {}
+        for key in {*keys, self.baseline.id}:
+            members = [key]
+            genome = self.genomes.get(key)
+            if genome is not None and genome.label_bias:
+                members.append(self._key(replace(genome, label_bias=())))
+            text = members[-1]
+            for member in members:
+                todo = set(self.missing(self.candidates[member], ids)) if member in self.candidates else set(ids)
+                unanswered[text] = unanswered[text] & todo if text in unanswered else todo
+        return sum(len(todo) for todo in unanswered.values())
 
     def _screen(self) -> Iterator[TrialRequest]:
         """Distinct draws on the first block; the best `2 × pool` go on to a block twice as long, and
