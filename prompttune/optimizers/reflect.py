@@ -3,11 +3,11 @@ paired examples with a dense confidence score.
 
 Three stages, sized to the budget:
 
-1. **Screen.** The baseline and distinct draws of the space (format, label words, listed
-   instructions, few-shot k: every declared dimension) are scored on one block of dev examples,
-   each also as its *calibrated twin*: by default batch calibration (Zhou et al. 2024), the prompt's
-   mean normalised label log-probabilities over the block's inputs (labels unused) subtracted as
-   fixed offsets that ship with it, at no call. On the embedded model demos can push one label onto
+1. **Screen.** The baseline and as many distinct draws of the space as `screen_share` pays for
+   (format, label words, listed instructions, few-shot k: every declared dimension) are scored on one
+   block of dev examples, each also as its *calibrated twin*: by default batch calibration (Zhou et
+   al. 2024), the prompt's mean normalised label log-probabilities over the block's inputs (labels
+   unused) subtracted as fixed offsets that ship with it, at no call. On the embedded model demos can push one label onto
    almost every input (on an sst2 validation draw a baseline with four demos answered 'positive' to
    99% of the test inputs: 0.523), which the offsets undo (0.818), while content-free inputs
    (`calibration=contextual`, Zhao et al. 2021, 3 calls) misread the bias there (0.526; the baseline
