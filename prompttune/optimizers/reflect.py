@@ -3,21 +3,21 @@ paired examples with a dense confidence score.
 
 Three stages, sized to the budget:
 
-1. **Screen.** The baseline and as many distinct draws of the space as `screen_share` pays for
-   (format, label words, listed instructions, few-shot k: every declared dimension) are scored on one
-   block of dev examples, each also as its *calibrated twin*: by default batch calibration (Zhou et
-   al. 2024), the prompt's mean normalised label log-probabilities over the block's inputs (labels
-   unused) subtracted as fixed offsets that ship with it, at no call. On the embedded model demos can push one label onto
-   almost every input (on an sst2 validation draw a baseline with four demos answered 'positive' to
-   99% of the test inputs: 0.523), which the offsets undo (0.818), while content-free inputs
-   (`calibration=contextual`, Zhao et al. 2021, 3 calls) misread the bias there (0.526; the baseline
-   itself fell from 0.745 to 0.572). Ranking is by the run's objective with ties broken by the gold label's
-   log-probability margin (`race_score`, default `tiebreak`): on split seeds that no reported
-   comparison uses it shipped 3.9 points more than ranking by the gold label's probability on sst2
-   and 2.6 more on agnews (native, 2,000 calls), the probability's confidence having favoured sure
-   prompts over right ones; the block is never smaller than `min_examples` or 4 examples per class. The best
-   `2 × pool` go on to a block twice as long and the pool is cut there; a twin that answers exactly
-   as its raw prompt takes no slot.
+1. **Screen.** The baseline and as many distinct draws of the space as `screen_share` pays for (format,
+   label words, listed instructions, few-shot k: every declared dimension) are scored on one block of
+   dev examples, each also as its *calibrated twin*: by default batch calibration (Zhou et al. 2024),
+   the prompt's mean normalised label log-probabilities over the block's inputs (labels unused)
+   subtracted as fixed offsets that ship with it, at no call. On the embedded model demos can push one
+   label onto almost every input (on an sst2 validation draw a baseline with four demos answered
+   'positive' to 99% of the test inputs: 0.523), which the offsets undo (0.818), while content-free
+   inputs (`calibration=contextual`, Zhao et al. 2021, 3 calls) misread the bias there (0.526; the
+   baseline itself fell from 0.745 to 0.572). Ranking is by the run's objective with ties broken by the
+   gold label's log-probability margin (`race_score`, default `tiebreak`): on split seeds that no
+   reported comparison uses it shipped 3.9 points more than ranking by the gold label's probability on
+   sst2 and 2.6 more on agnews (native, 2,000 calls), the probability's confidence having favoured sure
+   prompts over right ones; the block is never smaller than `min_examples` or 4 examples per class. Where
+   they outnumber the pool, the best `2 × pool` go on to a block twice as long and the pool is cut there; a twin that answers
+   exactly as its raw prompt takes no slot.
 2. **Evolve.** A pool of the best `pool` prompts. Each step picks a parent from the per-example
    Pareto front of the pool (as GEPA: a prompt best on some examples of the block, drawn in
    proportion to how many) and makes one child by one of four moves, each drawn in proportion to
@@ -242,16 +242,13 @@ class ReflectiveRace(Optimizer):
         """Model calls that score `keys` and the baseline (which the driver ranks beside them) on `ids`. A
         batch twin's answers are its raw prompt's, so one text pays once for each example that none of
         its scored variants (the raw prompt included) has answered."""
-        unanswered: dict[str, set[str]] = {}
+        unanswered: dict[str, set[str]] = {}  # by the raw prompt whose text the model answers
         for key in {*keys, self.baseline.id}:
-            members = [key]
             genome = self.genomes.get(key)
-            if genome is not None and genome.label_bias:
-                members.append(self._key(replace(genome, label_bias=())))
-            text = members[-1]
-            for member in members:
+            raw = self._key(replace(genome, label_bias=())) if genome is not None and genome.label_bias else key
+            for member in {key, raw}:
                 todo = set(self.missing(self.candidates[member], ids)) if member in self.candidates else set(ids)
-                unanswered[text] = unanswered[text] & todo if text in unanswered else todo
+                unanswered[raw] = unanswered[raw] & todo if raw in unanswered else todo
         return sum(len(todo) for todo in unanswered.values())
 
     def _screen(self) -> Iterator[TrialRequest]:
