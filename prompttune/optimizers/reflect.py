@@ -15,9 +15,9 @@ Three stages, sized to the budget:
    gold label's log-probability margin (`race_score`, default `tiebreak`): on split seeds that no
    reported comparison uses it shipped 3.9 points more than ranking by the gold label's probability on
    sst2 and 2.6 more on agnews (native, 2,000 calls), the probability's confidence having favoured sure
-   prompts over right ones; the block is never smaller than `min_examples` or 4 examples per class. Where
-   they outnumber the pool, the best `2 × pool` go on to a block twice as long and the pool is cut there; a twin that answers
-   exactly as its raw prompt takes no slot.
+   prompts over right ones; the block is never smaller than `min_examples` or 4 examples per class.
+   Where they outnumber the pool, the best `2 × pool` go on to a block twice as long and the pool is
+   cut there; a twin that answers exactly as its raw prompt takes no slot.
 2. **Evolve.** A pool of the best `pool` prompts. Each step picks a parent from the per-example
    Pareto front of the pool (as GEPA: a prompt best on some examples of the block, drawn in
    proportion to how many) and makes one child by one of four moves, each drawn in proportion to
