@@ -30,11 +30,11 @@ Three stages, sized to the budget:
    race score beats the pool's worst. After `patience` rejected children the block grows by half, so the
    race spends its examples where the pool is hard to separate. With `sampled` above 0 a share of
    the screen's draws carry an instruction sampled at temperature 1.0 (as DSPy's MIPROv2 proposes)
-   and (e) a *sample*, the parent under a fresh one, is a fifth move; off by default, as on sst2's
-   split seeds 5–9 it shipped 0.800 against 0.814 (docs/results/reflect_sampled_sst2_seeds5_9.md).
+   and (e) a *sample*, the parent under a fresh one, is a fifth move; off by default: on sst2's
+   reported draws it shipped 0.800 against 0.808 (docs/results/reflect_sampled_demo_sets_batch_sst2.md).
    With `demo_sets` each screen draw that shows demos gets its own class-balanced set (the grid's
-   draws share one set per k); off by default, as on the same seeds it shipped 0.786
-   (docs/results/reflect_demo_sets_sst2_seeds5_9.md).
+   draws share one set per k); off by default, as on sst2's split seeds 5–9 it shipped 0.811 against
+   0.808 (docs/results/reflect_sampled_demo_sets_batch_sst2.md).
 3. **Final.** A race over the pool on doubling dev prefixes (the better half by race score goes on),
    then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
    afford, ranked by the run's objective there; the driver's verdict tests the leader.
