@@ -104,7 +104,7 @@ def test_evaluate_and_compare_from_python(tmp_path: Path) -> None:
     task = demo_task()
     model = SyntheticOracleBackend.for_task(task, _label_helps)
     evaluation = prompttune.evaluate(task, prompts=["Colour of: {text}\nAnswer:", "Colour of: {text}\nLabel:"],
-                                     backend=model, runs_dir=str(tmp_path))
+                                     backend=model, runs_dir=tmp_path)  # a Path, as Python users hold them
     first, second = (s.accuracy for s in evaluation.settings[0].scores)
     assert second > first and (evaluation.run_dir / "report.md").is_file()
     config = oracle_config(tmp_path / "compare")

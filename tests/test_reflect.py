@@ -3,6 +3,7 @@ dense margin score, the budget it fills, and what same-space comparisons hold it
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,9 +17,10 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Record, ScoreRequest, ScoreResult
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.evaluation.prediction import debiased, label_bias
-from prompttune.optimizers.base import SearchContext
+from prompttune.optimizers.base import SearchContext, spec_candidate
 from prompttune.optimizers.reflect import ReflectiveRace, gold_probability, margin, race_score
 from prompttune.search_spaces import default_space
+from prompttune.search_spaces.prompt import PromptSpec
 from tests.support import oracle_config, oracle_for, task_of
 
 
@@ -212,3 +214,17 @@ def test_the_screen_races_as_many_draws_as_its_share_pays_for(budget: int, calib
     screen = [t for t in trials if t["purpose"].startswith("screen")]
     assert sum(t["purpose"] == "screen" for t in screen) == draws
     assert screen[-1]["budget_spent"] <= 0.3 * budget
+
+
+def test_the_trial_log_rebuilds_every_prompt_written_outside_the_grid(tmp_path: Path) -> None:
+    """A written, swapped or calibrated prompt has no grid assignment; its logged spec is the whole prompt."""
+    problem = _biased_problem()
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+                              backend=problem.backend, runs_dir=tmp_path)
+    trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
+    written = [t for t in trials if not t["dimensions"]]
+    assert written and all(t["candidate_id"].startswith("reflect-") for t in written)
+    for t in written:
+        assert spec_candidate(PromptSpec.from_dict(t["spec"]), "reflect").id == t["candidate_id"]
+    shipped = json.loads((run.run_dir / "best_prompt.json").read_text())
+    assert any(t["spec"] == shipped["spec"] for t in written if t["candidate_id"] == shipped["candidate_id"])

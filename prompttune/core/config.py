@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import os
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+
+def _path_text(value: Any) -> Any:
+    """A path given from Python (a `pathlib.Path`) is kept as the text the CLI would give."""
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+PathText = Annotated[str, BeforeValidator(_path_text)]
 
 
 class BackendConfig(BaseModel):
@@ -32,10 +41,10 @@ class BackendConfig(BaseModel):
 class RunConfig(BackendConfig):
     """One optimization run."""
 
-    task: str = "agnews"
-    data_dir: str | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
-    space: str | None = Field(None, description="search-space file; default: the task's built-in space")
-    prompt: str | None = Field(None, description="your prompt file, the baseline (replaces the task file's "
+    task: PathText = "agnews"
+    data_dir: PathText | None = Field(None, description="local data folder; else $PROMPTTUNE_DATA_DIR, else the hub")
+    space: PathText | None = Field(None, description="search-space file; default: the task's built-in space")
+    prompt: PathText | None = Field(None, description="your prompt file, the baseline (replaces the task file's "
                                                  "prompt); the space is derived around it")
     dimensions: list[str] | None = Field(None, description="search only these dimensions of the space; hold the "
                                                            "rest at the baseline (compare's same-space mode)")
@@ -65,5 +74,5 @@ class RunConfig(BackendConfig):
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)
     test_size: int = Field(1000, gt=0)
-    runs_dir: str = "runs"
-    cache: str | None = Field(None, description="shared cache file; default: cache.sqlite in the run dir")
+    runs_dir: PathText = "runs"
+    cache: PathText | None = Field(None, description="shared cache file; default: cache.sqlite in the run dir")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -70,7 +71,7 @@ class SelectionTracker:
         self.anytime.append((self.ledger.calls, self.best[1]))
         self.storage.append({"number": len(self.scores) - 1, "purpose": "full selection set", "n": len(seen),
                              "accuracy": score, "instruction": spec.instruction,
-                             "demo_ids": list(spec.demo_ids), "budget_spent": self.ledger.calls,
+                             "demo_ids": list(spec.demo_ids), "spec": asdict(spec), "budget_spent": self.ledger.calls,
                              "tokens_spent": self.ledger.tokens, "best_so_far": self.best[1]})
 
 

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
-from prompttune.core.config import BackendConfig, RunConfig
+from prompttune.core.config import BackendConfig, PathText, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.provenance import record_code
 from prompttune.core.types import Record
@@ -48,11 +48,11 @@ SINGLE_PROMPT_SCORINGS = ("logit", "generate", "calibrated")
 class EvaluateConfig(BackendConfig):
     """Everything `evaluate` was asked to do (saved verbatim to config.json)."""
 
-    task: str = "agnews"
-    data_dir: str | None = None
-    prompts: str | None = Field(None, description="prompts file: a YAML/JSON list of templates")
-    space: str | None = Field(None, description="space file for --sample; default: the built-in space")
-    prompt: str | None = Field(None, description="your prompt file (replaces the task file's): --sample draws "
+    task: PathText = "agnews"
+    data_dir: PathText | None = None
+    prompts: PathText | None = Field(None, description="prompts file: a YAML/JSON list of templates")
+    space: PathText | None = Field(None, description="space file for --sample; default: the built-in space")
+    prompt: PathText | None = Field(None, description="your prompt file (replaces the task file's): --sample draws "
                                                  "from the space derived around it")
     sample: int | None = Field(None, gt=0, description="evaluate N distinct candidates of the space")
     split: Literal["dev", "test"] = "test"
@@ -72,8 +72,8 @@ class EvaluateConfig(BackendConfig):
     train_size: int = Field(1000, gt=0)
     dev_size: int = Field(300, gt=0)
     test_size: int = Field(1000, gt=0)
-    runs_dir: str = "runs"
-    cache: str | None = None
+    runs_dir: PathText = "runs"
+    cache: PathText | None = None
 
     def run_config(self) -> RunConfig:
         """The settings shared with `optimize` (model, run directory naming)."""

@@ -22,7 +22,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, get_args, get_origin
 
 import numpy as np
@@ -446,9 +446,10 @@ class SearchDriver:
             "tokens_spent": self.evaluator.ledger.tokens,
             **facts,
         }
-        if not request.candidate.assignment:
+        if not request.candidate.assignment:  # outside the grid: the whole spec, so the log can rebuild it
             trial["instruction"] = request.candidate.spec.instruction
             trial["demo_ids"] = list(request.candidate.spec.demo_ids)
+            trial["spec"] = asdict(request.candidate.spec)
         if (leader := self.leader_score()) is not None:
             self.anytime.append((self.evaluator.ledger.calls, leader[0]))
             trial["best_so_far"] = leader[0]
