@@ -4,7 +4,9 @@ tests/data/engine_golden.json was recorded from `optimize`, `compare` (prompttun
 and `evaluate` before they ran on `prompttune.engine`: trial logs, verdicts, shipped prompts and
 ledger totals must not move. One intended change since: the driver ranks the baseline with every
 strategy's candidates, so sh's log now carries the baseline's dev score as `best_so_far` from its
-first round (it was None until a round finished); everything else of that run is as recorded.
+first round (it was None until a round finished); everything else of that run is as recorded. And
+a trial of a prompt outside the grid now logs its whole `spec` beside its instruction and demo ids;
+the digest leaves that key out, so the rest of each log must still match.
 `compare` (random, sh and dspy-copro at two seeds) matched its recording on the engine too (commit
 66f11e5); it has changed by design since (each seed draws its own data, same-space arms search only
 the dimensions all arms can search, DSPy arms are sized to spend the cap), so it is no longer
@@ -33,7 +35,8 @@ def _digest(rows: object) -> str:
 
 
 def _trials(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+    return [{key: value for key, value in row.items() if key != "spec"} for row in rows]
 
 
 @pytest.mark.parametrize("name", list(GOLDEN["optimize"]))
