@@ -1,0 +1,95 @@
+"""What a search's final stage held: every prompt a run raced there, tested on the run's test split.
+
+Reads finished run directories (trial logs written from 81fa457 on, which carry the spec of every
+prompt outside the grid), rebuilds each prompt that reached the final race (`final race` and `final`
+trials: grid prompts from their dimension values in the run's space, written, swapped and calibrated
+ones from their logged spec) and scores it on the run's test split with the run's model, scoring
+`logit` (batch offsets applied). Per prompt: its dev accuracy over every dev example the run scored
+it on, its test accuracy, and which one shipped. It tells a search that had a better prompt in hand and
+picked another (selection) from one that never found one (generation). An investigation, not a
+search: test labels are read only to report.
+
+Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/pool_ceiling.py RUN_DIR [RUN_DIR ...]
+     [--cache runs/pool-ceiling.sqlite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from prompttune.backends.factory import build_backend
+from prompttune.engine.setup import load_run_task, load_space, read_run_config
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.prediction import LogitPredictor
+from prompttune.search_spaces.prompt import PromptSpec
+
+FINAL_PURPOSES = ("final race", "final")
+
+
+def final_prompts(run_dir: Path) -> tuple[dict[str, PromptSpec], dict[str, float], str]:
+    """The specs of the prompts in the final stage, each one's dev accuracy over all its trials, the shipped id."""
+    config = read_run_config(run_dir)
+    task = load_run_task(config)
+    space = load_space(config, task).bind(task.splits["train"])
+    trials = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+    correct: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    specs: dict[str, PromptSpec] = {}
+    for t in trials:
+        key = t["candidate_id"]
+        if t["purpose"] in ("reflection minibatch", "demo bootstrap"):
+            continue  # train examples, not dev
+        correct[key] = correct.get(key, 0.0) + t["accuracy"] * t["n"]
+        seen[key] = seen.get(key, 0) + t["n"]
+        if t["dimensions"]:
+            specs.setdefault(key, space.build(space.assignment_of(t["dimensions"])).spec)
+        elif "spec" in t:
+            specs.setdefault(key, PromptSpec.from_dict(t["spec"]))
+    finals = {t["candidate_id"] for t in trials if t["purpose"] in FINAL_PURPOSES}
+    missing = finals - set(specs)
+    if missing:
+        raise SystemExit(f"{run_dir}: no spec logged for {', '.join(sorted(missing))} (a log from before 81fa457?)")
+    shipped = json.loads((run_dir / "best_prompt.json").read_text())["candidate_id"]
+    return {k: specs[k] for k in finals}, {k: correct[k] / seen[k] for k in finals}, shipped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", type=Path, nargs="+")
+    parser.add_argument("--cache", default="runs/pool-ceiling.sqlite")
+    args = parser.parse_args()
+    backend = None
+    summary = []
+    for run_dir in args.run_dirs:
+        config = read_run_config(run_dir)
+        task = load_run_task(config)
+        backend = backend or build_backend(config)
+        examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}
+        evaluator = Evaluator(backend, examples, {e.id: e for e in task.splits["train"]},
+                              ResultCache(args.cache), BudgetLedger())
+        specs, dev, shipped = final_prompts(run_dir)
+        test_ids = [e.id for e in task.splits["test"]]
+        tested = {k: float(np.mean([r.correct for r in LogitPredictor(evaluator).predict(spec, test_ids)]))
+                  for k, spec in specs.items()}
+        print(f"{run_dir.name}: {len(specs)} prompts in the final stage, {len(test_ids)} test examples")
+        for key in sorted(specs, key=lambda k: -dev[k]):
+            mark = "  <- dev winner" if key == max(specs, key=lambda k: dev[k]) else ""
+            print(f"  {key:24} dev {dev[key]:.3f}  test {tested[key]:.3f}{mark}"
+                  f"{'  (shipped)' if key == shipped else ''}", flush=True)
+        best = max(tested.values())
+        summary.append((run_dir.name, tested[max(specs, key=lambda k: dev[k])], best))
+    print("run: test accuracy of the final stage's dev leader / of its best prompt")
+    for name, leader, best in summary:
+        print(f"  {name}: {leader:.3f} / {best:.3f}")
+    if summary:
+        print(f"  mean: {np.mean([s[1] for s in summary]):.3f} / {np.mean([s[2] for s in summary]):.3f}")
+
+
+if __name__ == "__main__":
+    main()
