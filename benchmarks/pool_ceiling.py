@@ -6,8 +6,11 @@ trials: grid prompts from their dimension values in the run's space, written, sw
 ones from their logged spec) and scores it on the run's test split with the run's model, scoring
 `logit` (batch offsets applied). Per prompt: its dev accuracy over every dev example the run scored
 it on, its test accuracy, and which one shipped. It tells a search that had a better prompt in hand and
-picked another (selection) from one that never found one (generation). An investigation, not a
-search: test labels are read only to report.
+picked another (selection) from one that never found one (generation). Then, on the dev prefix that
+every final-stage prompt was scored on (answers read from the cache), what three ranking rules would
+have picked, and that pick's test accuracy: accuracy with ties broken by the gold label's margin
+(reflect's race score), the mean margin, and on two-label tasks the AUC of the label-score difference.
+An investigation, not a search: test labels are read only to report.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/pool_ceiling.py RUN_DIR [RUN_DIR ...]
      [--cache runs/pool-ceiling.sqlite]
@@ -20,20 +23,34 @@ import json
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import rankdata
 
 from prompttune.backends.factory import build_backend
+from prompttune.core.types import Record
 from prompttune.engine.setup import load_run_task, load_space, read_run_config
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import LogitPredictor
+from prompttune.optimizers.reflect import margin
 from prompttune.search_spaces.prompt import PromptSpec
 
 FINAL_PURPOSES = ("final race", "final")
 
 
-def final_prompts(run_dir: Path) -> tuple[dict[str, PromptSpec], dict[str, float], str]:
-    """The specs of the prompts in the final stage, each one's dev accuracy over all its trials, the shipped id."""
+def auc(records: list[Record]) -> float:
+    """Two labels: the chance that a label-1 example's score difference (label 1 minus label 0) exceeds a
+    label-0 example's (Mann-Whitney, ties halved); threshold-free, so label bias does not enter."""
+    diffs = np.array([r.label_logprobs[1] - r.label_logprobs[0] for r in records])
+    gold = np.array([r.gold for r in records])
+    positives, negatives = int(gold.sum()), int(len(gold) - gold.sum())
+    ranks = rankdata(diffs)
+    return float((ranks[gold == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def final_prompts(run_dir: Path) -> tuple[dict[str, PromptSpec], dict[str, float], dict[str, int], str]:
+    """The specs of the prompts in the final stage, each one's dev accuracy over all its trials and how many
+    dev examples that is, the shipped id."""
     config = read_run_config(run_dir)
     task = load_run_task(config)
     space = load_space(config, task).bind(task.splits["train"])
@@ -51,12 +68,12 @@ def final_prompts(run_dir: Path) -> tuple[dict[str, PromptSpec], dict[str, float
             specs.setdefault(key, space.build(space.assignment_of(t["dimensions"])).spec)
         elif "spec" in t:
             specs.setdefault(key, PromptSpec.from_dict(t["spec"]))
-    finals = {t["candidate_id"] for t in trials if t["purpose"] in FINAL_PURPOSES}
-    missing = finals - set(specs)
+    finals = list(dict.fromkeys(t["candidate_id"] for t in trials if t["purpose"] in FINAL_PURPOSES))  # log order
+    missing = set(finals) - set(specs)
     if missing:
         raise SystemExit(f"{run_dir}: no spec logged for {', '.join(sorted(missing))} (a log from before 81fa457?)")
     shipped = json.loads((run_dir / "best_prompt.json").read_text())["candidate_id"]
-    return {k: specs[k] for k in finals}, {k: correct[k] / seen[k] for k in finals}, shipped
+    return {k: specs[k] for k in finals}, {k: correct[k] / seen[k] for k in finals}, {k: seen[k] for k in finals}, shipped
 
 
 def main() -> None:
@@ -73,22 +90,32 @@ def main() -> None:
         examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}
         evaluator = Evaluator(backend, examples, {e.id: e for e in task.splits["train"]},
                               ResultCache(args.cache), BudgetLedger())
-        specs, dev, shipped = final_prompts(run_dir)
+        specs, dev, seen, shipped = final_prompts(run_dir)
         test_ids = [e.id for e in task.splits["test"]]
         tested = {k: float(np.mean([r.correct for r in LogitPredictor(evaluator).predict(spec, test_ids)]))
                   for k, spec in specs.items()}
+        shared = [e.id for e in task.splits["dev"]][: min(seen.values())]
+        on_dev = {k: LogitPredictor(evaluator).predict(spec, shared) for k, spec in specs.items()}
+        rules = {"accuracy, ties by margin": lambda rs: (np.mean([r.correct for r in rs]), np.mean([margin(r) for r in rs])),
+                 "mean margin": lambda rs: np.mean([margin(r) for r in rs])}
+        if len(task.labels) == 2:
+            rules["AUC"] = auc
         print(f"{run_dir.name}: {len(specs)} prompts in the final stage, {len(test_ids)} test examples")
         for key in sorted(specs, key=lambda k: -dev[k]):
             mark = "  <- dev winner" if key == max(specs, key=lambda k: dev[k]) else ""
             print(f"  {key:24} dev {dev[key]:.3f}  test {tested[key]:.3f}{mark}"
                   f"{'  (shipped)' if key == shipped else ''}", flush=True)
-        best = max(tested.values())
-        summary.append((run_dir.name, tested[max(specs, key=lambda k: dev[k])], best))
-    print("run: test accuracy of the final stage's dev leader / of its best prompt")
-    for name, leader, best in summary:
-        print(f"  {name}: {leader:.3f} / {best:.3f}")
+        picks = {rule: tested[max(specs, key=lambda k: score(on_dev[k]))] for rule, score in rules.items()}
+        print(f"  on the {len(shared)} dev examples all were scored on, the pick's test accuracy: "
+              + ", ".join(f"{rule} {acc:.3f}" for rule, acc in picks.items()))
+        summary.append((run_dir.name, tested[max(specs, key=lambda k: dev[k])], max(tested.values()), picks))
+    print("run: test accuracy of the final stage's dev leader / of its best prompt / of each rule's pick")
+    for name, leader, best, picks in summary:
+        print(f"  {name}: {leader:.3f} / {best:.3f} / " + ", ".join(f"{a:.3f}" for a in picks.values()))
     if summary:
-        print(f"  mean: {np.mean([s[1] for s in summary]):.3f} / {np.mean([s[2] for s in summary]):.3f}")
+        rules_mean = [np.mean([s[3][rule] for s in summary]) for rule in summary[0][3]]
+        print(f"  mean: {np.mean([s[1] for s in summary]):.3f} / {np.mean([s[2] for s in summary]):.3f} / "
+              + ", ".join(f"{a:.3f}" for a in rules_mean))
 
 
 if __name__ == "__main__":
