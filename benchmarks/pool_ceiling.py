@@ -23,17 +23,19 @@ import json
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import rankdata
+from scipy.stats import mannwhitneyu
 
 from prompttune.backends.factory import build_backend
+from prompttune.core.config import RunConfig
 from prompttune.core.types import Record
 from prompttune.engine.setup import load_run_task, load_space, read_run_config
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import LogitPredictor
-from prompttune.optimizers.reflect import margin
+from prompttune.optimizers.reflect import race_score
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.tasks import Task
 
 FINAL_PURPOSES = ("final race", "final")
 
@@ -43,16 +45,18 @@ def auc(records: list[Record]) -> float:
     label-0 example's (Mann-Whitney, ties halved); threshold-free, so label bias does not enter."""
     diffs = np.array([r.label_logprobs[1] - r.label_logprobs[0] for r in records])
     gold = np.array([r.gold for r in records])
-    positives, negatives = int(gold.sum()), int(len(gold) - gold.sum())
-    ranks = rankdata(diffs)
-    return float((ranks[gold == 1].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+    ones, zeros = diffs[gold == 1], diffs[gold == 0]
+    return float(mannwhitneyu(ones, zeros).statistic / (len(ones) * len(zeros)))
 
 
-def final_prompts(run_dir: Path) -> tuple[dict[str, PromptSpec], dict[str, float], dict[str, int], str]:
+def accuracy(records: list[Record]) -> float:
+    return float(np.mean([r.correct for r in records]))
+
+
+def final_prompts(run_dir: Path, config: RunConfig, task: Task
+                  ) -> tuple[dict[str, PromptSpec], dict[str, float], dict[str, int], str]:
     """The specs of the prompts in the final stage, each one's dev accuracy over all its trials and how many
     dev examples that is, the shipped id."""
-    config = read_run_config(run_dir)
-    task = load_run_task(config)
     space = load_space(config, task).bind(task.splits["train"])
     trials = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
     correct: dict[str, float] = {}
@@ -90,25 +94,25 @@ def main() -> None:
         examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}
         evaluator = Evaluator(backend, examples, {e.id: e for e in task.splits["train"]},
                               ResultCache(args.cache), BudgetLedger())
-        specs, dev, seen, shipped = final_prompts(run_dir)
+        specs, dev, seen, shipped = final_prompts(run_dir, config, task)
         test_ids = [e.id for e in task.splits["test"]]
-        tested = {k: float(np.mean([r.correct for r in LogitPredictor(evaluator).predict(spec, test_ids)]))
-                  for k, spec in specs.items()}
+        tested = {k: accuracy(LogitPredictor(evaluator).predict(spec, test_ids)) for k, spec in specs.items()}
         shared = [e.id for e in task.splits["dev"]][: min(seen.values())]
         on_dev = {k: LogitPredictor(evaluator).predict(spec, shared) for k, spec in specs.items()}
-        rules = {"accuracy, ties by margin": lambda rs: (np.mean([r.correct for r in rs]), np.mean([margin(r) for r in rs])),
-                 "mean margin": lambda rs: np.mean([margin(r) for r in rs])}
+        rules = {"accuracy, ties by margin": lambda rs: race_score("tiebreak", rs, accuracy),
+                 "mean margin": lambda rs: race_score("margin", rs, accuracy)}
         if len(task.labels) == 2:
             rules["AUC"] = auc
         print(f"{run_dir.name}: {len(specs)} prompts in the final stage, {len(test_ids)} test examples")
+        leader = max(specs, key=lambda k: dev[k])
         for key in sorted(specs, key=lambda k: -dev[k]):
-            mark = "  <- dev winner" if key == max(specs, key=lambda k: dev[k]) else ""
+            mark = "  <- dev winner" if key == leader else ""
             print(f"  {key:24} dev {dev[key]:.3f}  test {tested[key]:.3f}{mark}"
                   f"{'  (shipped)' if key == shipped else ''}", flush=True)
         picks = {rule: tested[max(specs, key=lambda k: score(on_dev[k]))] for rule, score in rules.items()}
         print(f"  on the {len(shared)} dev examples all were scored on, the pick's test accuracy: "
               + ", ".join(f"{rule} {acc:.3f}" for rule, acc in picks.items()))
-        summary.append((run_dir.name, tested[max(specs, key=lambda k: dev[k])], max(tested.values()), picks))
+        summary.append((run_dir.name, tested[leader], max(tested.values()), picks))
     print("run: test accuracy of the final stage's dev leader / of its best prompt / of each rule's pick")
     for name, leader, best, picks in summary:
         print(f"  {name}: {leader:.3f} / {best:.3f} / " + ", ".join(f"{a:.3f}" for a in picks.values()))
