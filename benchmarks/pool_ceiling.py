@@ -10,10 +10,13 @@ picked another (selection) from one that never found one (generation). Then, on 
 every final-stage prompt was scored on (answers read from the cache), what three ranking rules would
 have picked, and that pick's test accuracy: accuracy with ties broken by the gold label's margin
 (reflect's race score), the mean margin, and on two-label tasks the AUC of the label-score difference.
+With `--whole-dev` every final-stage prompt is also scored on the whole dev split (calls the run's budget
+did not pay for) and ranked there by reflect's race score: what a final race could pick if it could
+afford every dev example for every prompt, the most any selection on this dev split can do.
 An investigation, not a search: test labels are read only to report.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/pool_ceiling.py RUN_DIR [RUN_DIR ...]
-     [--cache runs/pool-ceiling.sqlite]
+     [--cache runs/pool-ceiling.sqlite] [--whole-dev]
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", type=Path, nargs="+")
     parser.add_argument("--cache", default="runs/pool-ceiling.sqlite")
+    parser.add_argument("--whole-dev", action="store_true", help="also rank every final-stage prompt on the whole "
+                        "dev split (scores what the run did not)")
     args = parser.parse_args()
     backend = None
     summary = []
@@ -112,6 +117,13 @@ def main() -> None:
         picks = {rule: tested[max(specs, key=lambda k: score(on_dev[k]))] for rule, score in rules.items()}
         print(f"  on the {len(shared)} dev examples all were scored on, the pick's test accuracy: "
               + ", ".join(f"{rule} {acc:.3f}" for rule, acc in picks.items()))
+        if args.whole_dev:
+            dev_ids = [e.id for e in task.splits["dev"]]
+            whole = {k: race_score("tiebreak", LogitPredictor(evaluator).predict(spec, dev_ids), accuracy)
+                     for k, spec in specs.items()}
+            pick = max(specs, key=lambda k: whole[k])
+            picks[f"whole dev ({len(dev_ids)})"] = tested[pick]
+            print(f"  on the whole dev split ({len(dev_ids)}): {pick} leads at {whole[pick]:.3f}, test {tested[pick]:.3f}")
         summary.append((run_dir.name, tested[leader], max(tested.values()), picks))
     print("run: test accuracy of the final stage's dev leader / of its best prompt / of each rule's pick")
     for name, leader, best, picks in summary:
