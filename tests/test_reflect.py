@@ -228,3 +228,24 @@ def test_the_trial_log_rebuilds_every_prompt_written_outside_the_grid(tmp_path: 
         assert spec_candidate(PromptSpec.from_dict(t["spec"]), "reflect").id == t["candidate_id"]
     shipped = json.loads((run.run_dir / "best_prompt.json").read_text())
     assert any(t["spec"] == shipped["spec"] for t in written if t["candidate_id"] == shipped["candidate_id"])
+
+
+
+def test_refit_races_each_finalist_with_offsets_from_the_final_prefix_at_no_call(tmp_path: Path) -> None:
+    problem = _biased_problem()
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+                              backend=problem.backend, runs_dir=tmp_path)  # refit is the default
+    trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
+    refits = [t for t in trials if t["purpose"] == "final (offsets refit)"]
+    spent_before = max(t["budget_spent"] for t in trials if t["purpose"] != "final (offsets refit)")
+    assert refits and all(t["budget_spent"] == spent_before for t in refits)  # the finalists' own answers
+    # LabelBiasedOracle answers every prompt alike: offsets from the first n dev inputs' raw label scores.
+    n_labels = len(problem.task.labels)
+    for t in refits:
+        prefix = problem.task.splits["dev"][: t["n"]]
+        raw = [Record(ex.id, ex.label, 0, tuple((2.0 if i == 0 else 0.0) + (1.5 if i == ex.label else 0.0) - 5.0
+                                                for i in range(n_labels)), None, 1, 1, False) for ex in prefix]
+        assert PromptSpec.from_dict(t["spec"]).label_bias == pytest.approx(label_bias(raw), abs=1e-6)
+    off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+                              backend=problem.backend, record=False, options={"refit": False})
+    assert off.ledger.calls == run.ledger.calls
