@@ -246,6 +246,9 @@ def test_refit_races_each_finalist_with_offsets_from_the_final_prefix_at_no_call
         raw = [Record(ex.id, ex.label, 0, tuple((2.0 if i == 0 else 0.0) + (1.5 if i == ex.label else 0.0) - 5.0
                                                 for i in range(n_labels)), None, 1, 1, False) for ex in prefix]
         assert PromptSpec.from_dict(t["spec"]).label_bias == pytest.approx(label_bias(raw), abs=1e-6)
+    leader_refit = run.outcome.leader.id in {t["candidate_id"] for t in refits}
+    said = "offsets measured on those" in (run.run_dir / "report.md").read_text()
+    assert said == leader_refit  # the report says where the shipped offsets were measured
     off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
                               backend=problem.backend, record=False, options={"refit": False})
     assert off.ledger.calls == run.ledger.calls

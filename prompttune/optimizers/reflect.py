@@ -205,6 +205,7 @@ class ReflectiveRace(Optimizer):
         self.calibrating = self.options.calibration != "off"
         self.final_ids: list[str] = []
         self.finalists: list[str] = []
+        self.refits: set[str] = set()  # finalists' twins with offsets from the final prefix
         self.made = Counter[str]()
         self.entered = Counter[str]()
         self.critiques: list[str] = []
@@ -381,6 +382,7 @@ class ReflectiveRace(Optimizer):
             if offsets:
                 refit = yield from self._score_genome(replace(raw, label_bias=tuple(round(x, 6) for x in offsets)),
                                                       "final (offsets refit)")
+                self.refits.add(refit)
                 if refit not in self.finalists:
                     self.finalists.append(refit)
 
@@ -602,11 +604,13 @@ class ReflectiveRace(Optimizer):
         made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in self.moves)
         leader = next(iter(self.ranking()), None)
         chosen = leader is not None and (leader.spec.calibrate or bool(leader.spec.label_bias))
+        refit = leader is not None and leader.id in self.refits
         lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps; children by "
                  f"move: {made}); race block {len(self.block)} dev examples; finalists on "
                  f"{len(self.final_ids)} dev examples; calibration "
                  f"{'off' if self.options.calibration == 'off' else self.options.calibration + ' raced'}"
-                 f"{', chosen by the leader' if chosen else ''}."]
+                 f"{', chosen by the leader' if chosen else ''}"
+                 f"{f' (its offsets measured on those {len(self.final_ids)} inputs)' if refit else ''}."]
         if self.critiques:
             lines += ["Critiques (false positives and false negatives kept apart):",
                       *(f"- {c}" for c in self.critiques)]
