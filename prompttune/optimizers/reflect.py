@@ -39,10 +39,10 @@ Three stages, sized to the budget:
    then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
    afford, each beside its *refit* twin (`refit`, batch calibration): offsets measured on that whole
    prefix's inputs, not the 20–40 of the block where the race first decided calibration, at no call.
-   Ranked by the run's objective there; the driver's verdict tests the leader. The refit shipped 0.826
-   against 0.808 on sst2's split seeds 5–9 (one seed's pick went from a biased raw prompt, 0.757 and
-   not confirmed, to its refit twin, 0.827) and the same prompts on the reported draws (0.808); agnews's
-   reported draws 0.746 against 0.739 (docs/results/reflect_refit_finalists.md).
+   Ranked by the run's objective there; the driver's verdict tests the leader. A refit twin shipped on 5
+   of 15 seed-runs (agnews and sst2, native, 2,000 calls), +0.3 points on average: kept because it costs
+   no call and measures offsets on 5–15 times the inputs, not as shown to pay
+   (docs/results/reflect_refit_finalists.md).
 
 Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
