@@ -11,16 +11,17 @@ import numpy as np
 import pytest
 
 import prompttune
-from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend
+from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend, is_better, scripted_proposals
 from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.errors import UserError
-from prompttune.core.types import Record, ScoreRequest, ScoreResult
+from prompttune.core.types import Example, Record, ScoreRequest, ScoreResult
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.evaluation.prediction import debiased, label_bias
 from prompttune.optimizers.base import SearchContext, spec_candidate
 from prompttune.optimizers.reflect import ReflectiveRace, gold_probability, margin, race_score
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.tasks import Task
 from tests.support import oracle_config, oracle_for, task_of
 
 
@@ -252,3 +253,27 @@ def test_refit_races_each_finalist_with_offsets_from_the_final_prefix_at_no_call
     off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
                               backend=problem.backend, record=False, options={"refit": False})
     assert off.ledger.calls == run.ledger.calls
+
+
+def test_like_dev_demos_come_from_train_examples_as_long_as_the_dev_inputs() -> None:
+    """Half the train inputs are two-word fragments, every dev input a six-word sentence (as sst2's train
+    phrases against its sentences): like-dev shows sentences only, in the screen's sets, k moves and swaps."""
+    base = OracleProblem.colours()
+    short = {e.id for e in base.task.splits["train"][1::2]}
+    examples = [Example(e.id, {"text": f"fragment_{e.id} only"} if e.id in short else e.fields, e.label)
+                for split in base.task.splits.values() for e in split]
+    train, dev, test = (examples[:60], examples[60:180], examples[180:])
+    task = Task("oracle-colours", base.task.labels, base.task.verbalizers, ["text"],
+                {"train": train, "dev": dev, "test": test})
+    backend = SyntheticOracleBackend(examples, lambda text: 0.85 if is_better(text) else 0.55,
+                                     proposals=scripted_proposals)
+    space = base.space.bind(train).with_demos(4)
+
+    def shown(options: dict) -> set[str]:
+        run = prompttune.optimize(task, optimizer="reflect", budget=2000, space=space, backend=backend,
+                                  record=False, options=options)
+        return {i for c in run.strategy.optimizer.candidates.values() for i in c.spec.demo_ids}
+
+    like = shown({"demo_pool": "like-dev"})
+    assert like and not like & short
+    assert shown({"demo_pool": "train"}) & short  # any train example otherwise

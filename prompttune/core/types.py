@@ -16,6 +16,11 @@ class Example:
     label: int
 
 
+def input_words(example: Example) -> int:
+    """How many words an example's input holds (every field): how long the inputs a prompt sees are."""
+    return sum(len(value.split()) for value in example.fields.values())
+
+
 @dataclass(frozen=True)
 class Prompt:
     """Rendered prompt: plain text, or chat messages plus the text that opens the assistant turn."""

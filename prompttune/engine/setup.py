@@ -14,6 +14,7 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend, check_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.types import input_words
 from prompttune.objectives import Objective
 from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext
@@ -58,11 +59,12 @@ def require_dev_budget(config: RunConfig, task: Task) -> None:
 def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:
     """What the run's optimizer may see: the space bound to train, train and dev ids (never test),
     the objective (a callable replaces the named one), the ceiling on prompt tokens."""
-    train = task.splits["train"]
-    return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in task.splits["dev"]],
+    train, dev = task.splits["train"], task.splits["dev"]
+    return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in dev],
                          len(task.labels), objective or config.objective, config.seed, config.budget,
                          dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha),
-                         max_prompt_tokens=config.max_prompt_tokens)
+                         max_prompt_tokens=config.max_prompt_tokens,
+                         dev_input_words=[input_words(ex) for ex in dev])
 
 
 def task_space(task: Task, space_file: str | None, prompt_file: str | None) -> SearchSpace:

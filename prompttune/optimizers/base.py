@@ -58,6 +58,7 @@ class SearchContext:
     accept_rule: AcceptRule = field(default_factory=AcceptRule)
     train_labels: dict[str, int] = field(default_factory=dict)
     max_prompt_tokens: int | None = None
+    dev_input_words: list[int] = field(default_factory=list)  # what the inputs look like (no labels): demo choice
 
     def score(self, records: Sequence[Record]) -> float:
         gold = [r.gold for r in records]

@@ -34,7 +34,12 @@ Three stages, sized to the budget:
    reported draws it shipped 0.800 against 0.808 (docs/results/reflect_sampled_demo_sets_batch_sst2.md).
    With `demo_sets` each screen draw that shows demos gets its own class-balanced set (the grid's
    draws share one set per k); off by default, as on sst2's split seeds 5–9 it shipped 0.811 against
-   0.808 (docs/results/reflect_sampled_demo_sets_batch_sst2.md).
+   0.808 (docs/results/reflect_sampled_demo_sets_batch_sst2.md). Demos (the screen's sets, k moves,
+   swaps) come from the train examples as long as the middle half of the dev inputs (`demo_pool`,
+   default `like-dev`; labels unused): sst2's train split is parse-tree phrases (median 7 words), its
+   inputs whole sentences (19–20); reflect so shipped 0.827 against 0.808 on the reported sst2 draws,
+   0.838 against 0.825 on split seeds 5–9, 0.753 against 0.746 on agnews, though demo sets drawn that
+   way did not score better one by one (docs/results/reflect_like_dev_demos.md).
 3. **Final.** A race over the pool on doubling dev prefixes (the better half by race score goes on),
    then the `finalists` (and as many more as the budget pays for) on the longest dev prefix it can
    afford, each beside its *refit* twin (`refit`, batch calibration): offsets measured on that whole
@@ -71,7 +76,7 @@ import numpy as np
 from pydantic import Field
 
 from prompttune.core.errors import UserError
-from prompttune.core.types import Record
+from prompttune.core.types import Record, input_words
 from prompttune.evaluation.prediction import label_bias
 from prompttune.optimizers.base import (
     Optimizer,
@@ -118,6 +123,9 @@ class ReflectOptions(OptimizerOptions):
                              "the space searches few-shot k)")
     demo_sets: bool = Field(False, description="each screen draw that shows demos gets its own class-balanced set "
                             "of train examples (where the space searches few-shot k; off: the grid's one set per k)")
+    demo_pool: Literal["like-dev", "train"] = Field(
+        "like-dev", description="which train examples demos come from (screen sets, swaps, k moves): like-dev, those as "
+        "long as the middle half of the dev inputs (labels unused); train, any")
     calibration: Literal["batch", "contextual", "off"] = Field(
         "batch", description="also race each prompt calibrated: batch (its mean label scores over the block's inputs "
         "subtracted, no call), contextual (divided by its bias on content-free inputs, 3 calls), or off")
@@ -196,6 +204,8 @@ class ReflectiveRace(Optimizer):
         self.demo_dims = {d.name for d in space.dimensions if d.kind == "few_shot"}
         self.demo_search = any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
         self.swapping = self.options.swap_demos and self.demo_search
+        self.demo_ids = self._demo_candidates()
+        self.like_sets: dict[int, tuple[str, ...]] = {}  # like-dev: one set per k, as the grid has
         self.block = list(self.context.dev_ids[: self.first_block(self.context, self.options)])
         self.genomes: dict[str, Genome] = {}
         self.built: dict[Genome, Candidate] = {}
@@ -271,7 +281,7 @@ class ReflectiveRace(Optimizer):
                 genome = genome if text is None else replace(genome, instruction=text)
             if number and self.demo_search and self.options.demo_sets and candidate.spec.demo_ids:
                 genome = replace(genome, demo_ids=self._demo_set(len(candidate.spec.demo_ids)))
-            yield from self._race(genome, "screen")
+            yield from self._race(self._like_dev_demos(genome) if number else genome, "screen")
         alive = self._by_score([k for k in self.candidates if k not in self.echoes])
         if len(alive) > pool:
             alive = alive[: 2 * pool] + ([] if self.baseline.id in alive[: 2 * pool] else [self.baseline.id])
@@ -519,7 +529,36 @@ class ReflectiveRace(Optimizer):
     def _demo_set(self, k: int) -> tuple[str, ...]:
         """k train examples, every class in turn, for one screen draw: which demos show can move a small
         model's answers as much as the format, and the grid's draws all share one set per k."""
-        return choose_demos(self.context.space.demo_pool, k, "balanced", 0, int(self.rng.integers(2**31)))
+        allowed = set(self.demo_ids)
+        pool = [e for e in self.context.space.demo_pool if e.id in allowed]
+        return choose_demos(pool, k, "balanced", 0, int(self.rng.integers(2**31)))
+
+    def _demo_candidates(self) -> list[str]:
+        """The train ids demos come from. like-dev: those whose input is as long as the middle half of the
+        dev inputs (labels unused), so the demos look like what the prompt is asked about: sst2's train
+        split holds the phrases of its parse trees (median 7 words), its dev and test whole sentences
+        (median 19-20). Measured end to end, not per demo set (docs/results/reflect_like_dev_demos.md).
+        All of train where too few of each class qualify to fill a set."""
+        words = self.context.dev_input_words
+        if self.options.demo_pool == "train" or not words:
+            return list(self.context.train_ids)
+        low, high = np.percentile(words, [25, 75])
+        like = [e for e in self.context.space.demo_pool if low <= input_words(e) <= high]
+        per_class = Counter(e.label for e in like)
+        if len(per_class) < self.context.n_classes or min(per_class.values()) < 4:
+            return list(self.context.train_ids)
+        return [e.id for e in like]
+
+    def _like_dev_demos(self, genome: Genome) -> Genome:
+        """like-dev: a genome that would show the grid's demos shows the like-dev set of that k instead."""
+        if self.options.demo_pool != "like-dev" or genome.demo_ids is not None:
+            return genome
+        k = len(self.context.space.build(dict(genome.assignment)).spec.demo_ids)
+        if not k:
+            return genome
+        if k not in self.like_sets:
+            self.like_sets[k] = self._demo_set(k)
+        return replace(genome, demo_ids=self.like_sets[k])
 
     def _sample(self, parent_key: str) -> Genome | None:
         """(e) The parent with a freshly sampled instruction over its own."""
@@ -559,6 +598,8 @@ class ReflectiveRace(Optimizer):
     def _grammar(self, parent_key: str) -> Genome | None:
         """(b) One dimension of the space changed (not the parts a move wrote over)."""
         genome = self.genomes[parent_key]
+        if genome.demo_ids is not None and genome.demo_ids in self.like_sets.values():
+            genome = replace(genome, demo_ids=None)  # its k's like-dev set, not a swap: a k move takes the new k's
         fixed = (self.instruction_dims if genome.instruction is not None else set()) | \
                 (self.demo_dims if genome.demo_ids is not None else set())
         assignment = dict(genome.assignment)
@@ -567,7 +608,7 @@ class ReflectiveRace(Optimizer):
         if not moves:
             return None
         chosen = moves[int(self.rng.integers(len(moves)))]
-        return replace(genome, assignment=tuple(sorted(chosen.items())))
+        return self._like_dev_demos(replace(genome, assignment=tuple(sorted(chosen.items()))))
 
     def _swap_demo(self, parent_key: str) -> Iterator[TrialRequest]:
         """(c) One demo replaced by a train example the parent answered right (a bootstrapped demo)."""
@@ -575,7 +616,7 @@ class ReflectiveRace(Optimizer):
         demos = list(parent.spec.demo_ids)
         if not demos or not self.swapping:  # swaps refine a searched few-shot dimension, never add demos
             return None
-        pool = [i for i in self.context.train_ids if i not in demos]
+        pool = [i for i in self.demo_ids if i not in demos]
         batch = rotating_minibatch(pool, self.steps, self.options.minibatch)
         if todo := self.missing(parent, batch):
             yield TrialRequest(parent, todo, "demo bootstrap")
