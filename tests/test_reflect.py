@@ -199,7 +199,7 @@ def test_each_screen_draw_with_demos_gets_its_own_class_balanced_set() -> None:
     sets = demo_sets({"swap_demos": False, "demo_sets": True})  # no swaps: every set comes from the screen
     assert len(sets) >= 4
     assert all(len({gold[i] for i in demos}) == min(3, len(demos)) for demos in sets)  # every class in turn
-    assert len(demo_sets({"swap_demos": False})) <= 2  # off by default: the grid's one set per k
+    assert len(demo_sets({"swap_demos": False, "demo_sets": False})) <= 2  # off: the grid's one set per k
 
 
 @pytest.mark.parametrize("budget, calibration, draws", [(600, "off", 8), (600, "batch", 4), (2000, "batch", 15)])
