@@ -19,11 +19,32 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("PROMPTTUNE_DATA_DIR", REPO.parent / "shared" / "data")).resolve()
 
 
+# Integration tests read the real AG News / SST-2 files. Without them those tests are skipped with one
+# reason, the run ends with one line naming PROMPTTUNE_DATA_DIR, and it still fails (exit 1): a CI that
+# lost its data must not go green on the unit tests alone. PROMPTTUNE_ALLOW_MISSING_DATA=1 lets a
+# machine without the data pass on what it can run.
+MISSING_DATA = f"shared data not found at {SHARED_DATA}: set PROMPTTUNE_DATA_DIR"
+ALLOW_MISSING_DATA = os.environ.get("PROMPTTUNE_ALLOW_MISSING_DATA") == "1"
+_skipped_for_data: list[str] = []
+
+
 @pytest.fixture
-def data_dir() -> Path:
+def data_dir(request: pytest.FixtureRequest) -> Path:
     if not (SHARED_DATA / "ag_news" / "test.csv").is_file():
-        pytest.fail(f"shared data not found at {SHARED_DATA}: set PROMPTTUNE_DATA_DIR")
+        _skipped_for_data.append(request.node.nodeid)
+        pytest.skip(MISSING_DATA)
     return SHARED_DATA
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped_for_data and not ALLOW_MISSING_DATA and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _skipped_for_data:
+        verdict = "allowed by PROMPTTUNE_ALLOW_MISSING_DATA=1" if ALLOW_MISSING_DATA else "the run fails"
+        terminalreporter.write_line(f"{len(_skipped_for_data)} integration tests skipped, {MISSING_DATA} ({verdict})")
 
 
 @pytest.fixture
