@@ -88,7 +88,7 @@ def test_optimize_help_shows_every_default_and_the_optimizer_names(capsys) -> No
         main(["optimize", "--help"])
     out = " ".join(capsys.readouterr().out.split())  # unwrapped
     for shown in ("default: 2000", "default: agnews", "draw (default: 0)", "default: 1000", "default: 300", "default: 8",
-                  "default: 60.0", "default: 4", "default: auto", "default: sh", "default: 0.05"):
+                  "default: 60.0", "default: 4", "default: auto", "default: reflect", "default: 0.05"):
         assert shown in out
     assert all(name in out for name in (*OPTIMIZERS, *DSPY_ARMS))
 

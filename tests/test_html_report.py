@@ -16,8 +16,8 @@ from tests.support import oracle_config, oracle_for
 
 @pytest.fixture(scope="module")
 def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
-    """A random search on the oracle with enough candidates (20) for fANOVA."""
-    config = oracle_config(tmp_path_factory.mktemp("html"), dev_size=20, budget=400)
+    """Successive halving on the oracle: enough first-round grid candidates for fANOVA."""
+    config = oracle_config(tmp_path_factory.mktemp("html"), optimizer="sh", dev_size=20, budget=400)
     return run_study(config, backend=oracle_for(config))
 
 
@@ -58,7 +58,7 @@ def test_report_command_rebuilds_the_page_from_the_directory(oracle_run: RunResu
 
 
 def test_reports_show_importances_and_versions(oracle_run: RunResult) -> None:
-    """The default optimizer (sh) scores enough first-round grid candidates for fANOVA in both reports."""
+    """A grid searcher (sh) scores enough first-round grid candidates for fANOVA in both reports."""
     run_dir = oracle_run.run_dir
     assert oracle_run.config.optimizer == "sh"
     report = (run_dir / "report.md").read_text()

@@ -51,7 +51,7 @@ def test_cli_runs_a_custom_csv_task(data_dir: Path, tmp_path: Path) -> None:
         "labels:\n  sad: [negative, bad]\n  happy: [positive, good]\n")
     out = subprocess.run(
         [sys.executable, "-m", "prompttune", "optimize", "--task", str(tmp_path / "reviews.yaml"),
-         "--budget", "60", "--train-size", "20", "--dev-size", "20", "--test-size", "30",
+         "--optimizer", "sh", "--budget", "60", "--train-size", "20", "--dev-size", "20", "--test-size", "30",
          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "baseline test accuracy" in out.stdout and "budget used 60/60" in out.stdout

@@ -31,7 +31,7 @@ def red_collapses(text: str) -> float:
 
 @pytest.fixture(scope="module")
 def red_lost(tmp_path_factory: pytest.TempPathFactory) -> RunResult:
-    config = oracle_config(tmp_path_factory.mktemp("per-class"), test_size=150)
+    config = oracle_config(tmp_path_factory.mktemp("per-class"), optimizer="sh", test_size=150)
     return run_study(config, backend=oracle_for(config, red_collapses))
 
 

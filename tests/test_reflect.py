@@ -125,6 +125,18 @@ def test_it_spends_at_least_ninety_percent_of_the_cap_and_never_more(budget: int
     assert "Pick the colour" in run.outcome.leader.spec.instruction
 
 
+def test_once_the_race_block_covers_dev_the_final_reserve_goes_to_the_evolve_stage() -> None:
+    """A TEST DEVICE where every sampled instruction is new, so the evolve stage never runs out of children:
+    with a dev split of 60 the block covers it early, and the final race could spend nothing of its 40%
+    reserve; the evolve stage spends it instead (before: 2,368 of 4,000 calls)."""
+    problem = OracleProblem.colours(accuracy=lambda text: 0.85 if "(draw " in text else 0.55, sizes=(60, 60, 60))
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=4000, space=problem.space,
+                              backend=problem.backend, record=False, options={"sampled": 0.5})
+    race = run.strategy.optimizer
+    assert len(race.block) == len(race.final_ids) == 60
+    assert 0.95 * 4000 <= run.ledger.calls <= 4000
+
+
 def test_same_space_holds_what_the_space_does_not_declare_native_mode_lets_it_write_and_calibrate(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     space = default_space(task_of(config)).bind(task_of(config).splits["train"])
