@@ -11,7 +11,7 @@ import pytest
 
 dspy = pytest.importorskip("dspy")
 
-from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
+from prompttune.dspy_bridge.adapter import EvaluationPrefetch, PromptSpecAdapter  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.evaluation.cache import ResultCache  # noqa: E402
@@ -202,6 +202,38 @@ def test_dspy_evaluate_with_threads_batches_and_matches_one_thread(tmp_path: Pat
         if threads > 1:
             assert max(bridge.engine.batches) > 1
     assert scores[0] == scores[1]
+
+
+def _evaluate_past_the_cap(bridge: Bridge, threads: int, prefetch: bool) -> None:
+    """Two `dspy.Evaluate`s of one program: 9 dev examples, then 35 from dev[5] on (4 of them cached);
+    the cap (22 calls) is reached in mid-evaluation, at dev[21]."""
+    dev = bridge.task.splits["dev"]
+    metric = lambda gold, pred, trace=None: gold.label == pred.label  # noqa: E731
+    program = bridge.programs()[1]
+    callbacks = [EvaluationPrefetch(bridge.mapping, bridge.engine)] if prefetch else []
+    with dspy.context(lm=bridge.lm, adapter=bridge.adapter, callbacks=callbacks):
+        dspy.Evaluate(devset=[bridge.mapping.example(e) for e in dev[:9]], metric=metric, num_threads=threads)(program)
+        with pytest.raises(BudgetStop):
+            dspy.Evaluate(devset=[bridge.mapping.example(e) for e in dev[5:40]], metric=metric,
+                          num_threads=threads)(program)
+    bridge.engine.halt()
+
+
+@pytest.mark.parametrize("threads", [1, 8, 8, 8])
+def test_an_evaluate_stopped_by_the_cap_pays_for_its_devset_in_order_whatever_the_threads(
+        tmp_path: Path, threads: int) -> None:
+    """The evaluation's queries are paid in the devset's order before its threads ask them: a cap reached
+    in mid-evaluation pays for the first examples, as one thread asking in order does — not for the ones
+    whose threads happened to ask first — so a compile stopped there replays the same calls."""
+    in_order = Bridge(tmp_path / "in_order", threads=1, cap=22)
+    _evaluate_past_the_cap(in_order, 1, prefetch=False)
+    bridge = Bridge(tmp_path / "prefetched", threads=threads, cap=22)
+    _evaluate_past_the_cap(bridge, threads, prefetch=True)
+    assert set(bridge.cache_rows()) == set(in_order.cache_rows()) and len(in_order.cache_rows()) == 22
+    assert _spend(bridge) == _spend(in_order) and bridge.backend.calls == 22
+    # One backend call for the first evaluation; two for the second: the first 13 of it, which the 13 calls
+    # left surely pay for, hold 4 cached examples, so the cap pays for 4 more after them.
+    assert bridge.backend.invocations == 3
 
 
 def _asks(bridge: Bridge, generation_at: int | None = None) -> list:

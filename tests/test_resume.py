@@ -348,10 +348,9 @@ def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_p
     config = oracle_config(tmp_path, budget=150, dev_size=50)
     # Native mode: the default space declares no demos, which is all dspy-bfrs chooses. The resume must
     # read the mode back from the comparison's config.json, or it refuses the arm. The arm stops at its
-    # cap: with DSPy's threads, which requests came before the stop would vary from run to run, so one
-    # thread keeps the order, and so the calls, the same.
-    whole = run_compare(config, ["dspy-bfrs"], [0], {"dspy-bfrs": {"threads": 1}}, backend=oracle_for(config),
-                        mode="native")
+    # cap in mid-evaluation with DSPy's 32 threads: the evaluation is paid for in its devset's order, so
+    # the compile asks again exactly what it paid for, whichever threads asked first.
+    whole = run_compare(config, ["dspy-bfrs"], [0], {}, backend=oracle_for(config), mode="native")
     arm = whole.runs[0]
     # What a kill leaves after the arm's last file but before its arm.json: an unfinished arm.
     (arm.run_dir / ARM_FILE).unlink()

@@ -17,6 +17,7 @@ from typing import Any
 
 import dspy
 from dspy.lm15 import Message, Request
+from dspy.utils.callback import BaseCallback
 from dspy.utils.exceptions import AdapterParseError
 
 from prompttune.dspy_bridge.engine import MeteredEngine
@@ -52,3 +53,27 @@ class PromptSpecAdapter(dspy.ChatAdapter):
             parsed = error.parsed_result or {}
             first = next(iter(fields))
             return {name: parsed.get(name) or (completion.strip() if name == first else "") for name in fields}
+
+
+class EvaluationPrefetch(BaseCallback):
+    """Hands the engine a whole `dspy.Evaluate` of a classification program before its threads start:
+    the engine pays for its queries in the devset's order (`MeteredEngine.prefetch_in_order`), so a
+    compile stopped by the cap in mid-evaluation has paid for the same calls whatever the threads'
+    timing — which a resumed comparison then replays exactly — and the evaluation reaches the
+    backend in as few calls as it allows. Other evaluations are left to the engine's batching."""
+
+    def __init__(self, mapping: ProgramMapping, engine: MeteredEngine) -> None:
+        self.mapping = mapping
+        self.engine = engine
+
+    def on_evaluate_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        predictors = inputs["program"].predictors()
+        if len(predictors) != 1 or not self.mapping.is_classifier(predictors[0].signature):
+            return
+        devset = inputs.get("devset") or instance.devset
+        try:
+            spec = self.mapping.spec_of(predictors[0])
+            queries = [(spec, self.mapping.example_id(example.inputs())) for example in devset]
+        except KeyError:  # an example or demo the arm's data lacks: its asks meet that alone
+            return
+        self.engine.prefetch_in_order(queries)

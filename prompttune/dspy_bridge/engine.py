@@ -26,6 +26,12 @@ one, so each is charged or refused as it would be alone. Answers, charges and ca
 those of the same requests served one at a time, and the ledger, the cache, the backend and the
 observer are only ever used by one thread at a time.
 
+Which of its threads asks first is up to timing, so a cap reached in mid-evaluation would pay for
+whichever queries came first, and a rerun or a resume could pay for others. With threads, the arm
+therefore hands the engine each `dspy.Evaluate` before its threads start (`EvaluationPrefetch`):
+`prefetch_in_order` pays for its queries in the devset's order, as far as one thread asking in order
+would be paid, and the threads then read paid cache hits.
+
 When a request would pass the cap the engine raises `BudgetStop`, a BaseException: DSPy's
 optimizers catch `Exception` around single examples and proposals and would otherwise carry on
 with failed examples, so the stop propagates out of `compile` instead. DSPy's thread pool lets
@@ -186,29 +192,46 @@ class MeteredEngine:
         the cap cannot pay for whole is prefetched as far as the asks served alone, one after
         another, would surely be paid (`_paid_alone`); the rest, and a batch that meets an outage,
         is left to the asks, one at a time."""
-        if self._fetch([ask.query for ask in batch if ask.query is not None]):
+        queries = [ask.query for ask in batch if ask.query is not None]
+        if len(queries) < 2 or self._fetch(queries):
             return
-        paid = self._paid_alone(batch)
-        if paid < len(batch):
-            self._fetch([ask.query for ask in batch[:paid] if ask.query is not None])
+        paid = [ask.query for ask in batch[:self._paid_alone(queries)] if ask.query is not None]
+        if len(paid) > 1:
+            self._fetch(paid)
 
-    def _paid_alone(self, batch: list[_Ask]) -> int:
-        """How many leading asks of `batch` the cap surely pays for when they are served alone, one
-        after another: as many as the calls left, where no ask costs more than one call (a
-        generation, or a query its evaluator answers with one score or one generation); none
-        otherwise (calibration's content-free probes and ensembles cost more)."""
+    def prefetch_in_order(self, queries: list[tuple[PromptSpec, str]]) -> None:
+        """Pay for a parallel evaluation's classification queries before its threads ask them, in the
+        evaluation's own order and as far as the cap pays when they are asked one after another. At
+        the cap, the queries paid for are then one thread's, whatever order the threads ask in: a
+        compile that stops there spends, caches and replays the same calls in every run. Calibration's
+        probes (more than one call a query) are prefetched only when the cap pays for all of them."""
+        with self._serving:
+            done = 0
+            while done < len(queries) and not self.halted:
+                rest = queries[done:]
+                surely = self._paid_alone(rest)
+                if surely == 0 or surely >= len(rest):  # no cap, all surely paid, or not known: all or none
+                    self._fetch(rest)
+                    return
+                if not self._fetch(rest[:surely]):
+                    return
+                done += surely  # cache hits among them cost nothing: the cap may pay for more
+
+    def _paid_alone(self, queries: list[tuple[PromptSpec, str]]) -> int:
+        """How many leading asks the cap surely pays for when they are served alone, one after another,
+        if `queries` are the classification queries among them: as many as the calls left, where no ask
+        costs more than one call (a generation, or a query its evaluator answers with one score or one
+        generation); none otherwise (calibration's content-free probes and ensembles cost more)."""
         remaining = self.evaluator.ledger.remaining_calls()
         if remaining is None or remaining <= 0:
             return 0
         scoring = self.evaluator.scoring
         single = scoring == "generate" or (scoring == "logit" and all(
-            ask.query[0].cot or not ask.query[0].calibrate for ask in batch if ask.query is not None))
+            spec.cot or not spec.calibrate for spec, _ in queries))
         return remaining if single else 0
 
     def _fetch(self, queries: list[tuple[PromptSpec, str]]) -> bool:
         """Score `queries` in one backend call; False when the cap refused them (nothing was charged)."""
-        if len(queries) < 2:
-            return True
         distinct: dict[PromptSpec, list[str]] = {}
         for spec, example_id in queries:
             ids = distinct.setdefault(_without(spec, example_id), [])

@@ -25,7 +25,7 @@ import numpy as np
 
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Record
-from prompttune.dspy_bridge.adapter import PromptSpecAdapter
+from prompttune.dspy_bridge.adapter import EvaluationPrefetch, PromptSpecAdapter
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, DspyArm, Sizes, Tools
 from prompttune.dspy_bridge.program import ProgramMapping
@@ -114,7 +114,11 @@ class DspySearch:
         adapter = PromptSpecAdapter(self.mapping, engine)
         tools = Tools(lm, adapter, engine, self.mapping, self.seed, self.trainset, self.valset)
         program = None
-        with dspy.context(lm=lm, adapter=adapter), dspy_output_to(self.log):
+        # One thread asks in order, one request at a time (as DSPy does unbatched); more get their
+        # evaluations paid for in order, whole where the cap allows.
+        prefetch = [EvaluationPrefetch(self.mapping, engine)] if engine.threads > 1 else []
+        with dspy.context(lm=lm, adapter=adapter, callbacks=[*dspy.settings.get("callbacks", []), *prefetch]), \
+                dspy_output_to(self.log):
             try:
                 program = self.settings.compile(self.mapping.program(self.baseline.spec, []), tools)
             except BudgetStop:
