@@ -18,7 +18,8 @@ from prompttune.core.types import Example, Record, ScoreRequest, ScoreResult
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.evaluation.prediction import debiased, label_bias
 from prompttune.optimizers.base import SearchContext, spec_candidate
-from prompttune.optimizers.reflect import ReflectiveRace, gold_probability, margin, race_score
+from prompttune.optimizers.reflect import WRITTEN, ReflectiveRace, gold_probability, margin, race_score
+from prompttune.reports.importance import MIN_FANOVA_CANDIDATES
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import Task
@@ -235,13 +236,31 @@ def test_the_trial_log_rebuilds_every_prompt_written_outside_the_grid(tmp_path: 
     run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
                               backend=problem.backend, runs_dir=tmp_path)
     trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
-    written = [t for t in trials if not t["dimensions"]]
+    written = [t for t in trials if "spec" in t]
     assert written and all(t["candidate_id"].startswith("reflect-") for t in written)
     for t in written:
         assert spec_candidate(PromptSpec.from_dict(t["spec"]), "reflect").id == t["candidate_id"]
     shipped = json.loads((run.run_dir / "best_prompt.json").read_text())
     assert any(t["spec"] == shipped["spec"] for t in written if t["candidate_id"] == shipped["candidate_id"])
 
+
+def test_prompts_built_over_a_grid_point_are_logged_with_its_values_so_the_report_weighs_the_dimensions(
+        tmp_path: Path) -> None:
+    """reflect draws few grid points at a small budget; its twins, written instructions and chosen demos
+    carry their grid point's values (a replaced value named as the move's own), so fANOVA has enough."""
+    problem = OracleProblem.colours()
+    space = problem.space.bind(problem.task.splits["train"]).with_demos(2)
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=300, space=space, backend=problem.backend,
+                              runs_dir=tmp_path)
+    trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
+    assert all(set(t["dimensions"]) == {d.name for d in space.dimensions} for t in trials)
+    built = [t for t in trials if "spec" in t]
+    assert any(t["dimensions"]["verb"] == WRITTEN for t in built)
+    assert all(t["dimensions"]["few_shot.k"] == len(t["spec"]["demo_ids"]) for t in built)
+    drawn = {t["candidate_id"] for t in trials} - {t["candidate_id"] for t in built}
+    assert len(drawn) < MIN_FANOVA_CANDIDATES <= len({t["candidate_id"] for t in trials})
+    report = (run.run_dir / "report.md").read_text()
+    assert "| dimension | fANOVA importance |" in report and "fANOVA skipped" not in report
 
 
 def test_refit_races_each_finalist_with_offsets_from_the_final_prefix_at_no_call(tmp_path: Path) -> None:

@@ -104,6 +104,9 @@ from prompttune.search_spaces.space import Candidate
 
 MARGIN_CLIP = 10.0  # nats: one confidently wrong example may not outweigh many others
 MOVES = ("reflect", "grammar", "demos", "merge", "sample")
+# In the trial log, what a dimension shows where a move replaced the grid's value (for the fANOVA).
+WRITTEN = "(instruction written by reflect)"
+CHOSEN_DEMOS = "(demos chosen by reflect)"
 
 
 class ReflectOptions(OptimizerOptions):
@@ -232,6 +235,22 @@ class ReflectiveRace(Optimizer):
     # -- the ask/tell surface ---------------------------------------------------------------
     def ask(self) -> TrialRequest | None:
         return next(self.plan, None)
+
+    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
+        """A prompt built over a grid point (calibrated, with an instruction written or demos chosen over
+        the grid's) is logged with that point's dimension values, each one a move replaced standing as
+        that move's own value: the report's fANOVA then sees every raced prompt, not only the few
+        untouched grid draws a default budget screens."""
+        genome = self.genomes.get(request.candidate.id)
+        if genome is None or request.candidate.assignment:
+            return {}
+        values = self.context.space.values_of(dict(genome.assignment))
+        for name in values:
+            if genome.instruction is not None and name in self.instruction_dims:
+                values[name] = WRITTEN
+            elif genome.demo_ids is not None and name in self.demo_dims and name != "few_shot.k":
+                values[name] = CHOSEN_DEMOS  # which demos; a swap or a like-dev set keeps k
+        return {"dimensions": values}
 
     def ranking(self) -> list[Candidate]:
         """Finalists by the objective on their dev examples, then the pool by race score on the block."""

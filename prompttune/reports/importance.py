@@ -1,4 +1,5 @@
-"""Which search dimensions moved the dev score: the grid candidates of a run's trials, pooled, and
+"""Which search dimensions moved the dev score: the candidates of a run's trials that carry dimension values
+(grid draws, and prompts an optimizer built over a grid point), pooled, and
 Optuna's fANOVA over them; shared by report.md and report.html so both say the same."""
 
 from __future__ import annotations
@@ -7,13 +8,15 @@ import json
 from dataclasses import dataclass
 
 MIN_FANOVA_CANDIDATES = 10  # below this a random forest over the grid says nothing
-FANOVA_NOTE = ("Importances: Optuna's fANOVA (a random forest over the grid candidates' dimension values, seed 0): "
-               "the share of the variance in dev score each dimension explains on its own.")
+FANOVA_NOTE = ("Importances: Optuna's fANOVA (a random forest over the candidates' dimension values, seed 0): "
+               "the share of the variance in dev score each dimension explains on its own. A prompt built over a "
+               "grid point (reflect's calibrated twins, written instructions, chosen demos) counts with that "
+               "point's values, a value a move replaced standing as that move's own value.")
 
 
 @dataclass
 class Scored:
-    """One grid candidate: its dimension values and its n-weighted mean dev score over its trials."""
+    """One candidate with dimension values: those values and its n-weighted mean dev score over its trials."""
 
     candidate_id: str
     values: dict[str, str]
@@ -27,7 +30,7 @@ def value_label(value: object) -> str:
 
 
 def scored_candidates(trials: list[dict]) -> list[Scored]:
-    """Grid candidates (those with dimension values) with their dev score pooled over trials."""
+    """Candidates with dimension values, with their dev score pooled over trials."""
     pooled: dict[str, Scored] = {}
     for t in trials:
         if not t.get("dimensions"):
@@ -49,9 +52,9 @@ def varying_dimensions(scored: list[Scored]) -> dict[str, list[str]]:
 
 
 def fanova_importances(scored: list[Scored], dims: dict[str, list[str]]) -> dict[str, float] | str:
-    """Optuna's fANOVA over the grid candidates (one in-memory trial each), or why it was skipped."""
+    """Optuna's fANOVA over the candidates (one in-memory trial each), or why it was skipped."""
     if len(scored) < MIN_FANOVA_CANDIDATES or not dims:
-        return (f"fANOVA skipped: {len(scored)} grid candidate(s) with {len(dims)} varying dimension(s); it needs "
+        return (f"fANOVA skipped: {len(scored)} candidate(s) with {len(dims)} varying dimension(s); it needs "
                 f"at least {MIN_FANOVA_CANDIDATES} candidates and one dimension that varies.")
     import optuna
     from optuna.distributions import CategoricalDistribution

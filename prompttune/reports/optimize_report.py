@@ -190,13 +190,13 @@ def _per_class_section(figures: PerClass | None) -> list[str]:
 
 
 def _importance_section(result: "RunResult") -> list[str]:
-    """fANOVA importances of the search dimensions over the run's grid candidates (or why there are none)."""
+    """fANOVA importances of the search dimensions over the run's candidates (or why there are none)."""
     scored = scored_candidates(result.trials.load() if result.trials else [])
     importances = fanova_importances(scored, varying_dimensions(scored))
     if isinstance(importances, str):
         return ["## Search dimensions", "", importances, ""]
-    return ["## Search dimensions", "", f"{len(scored)} grid candidates, each scored by its mean dev objective over "
-            f"every example it was evaluated on. {FANOVA_NOTE}", "", "| dimension | fANOVA importance |",
+    return ["## Search dimensions", "", f"{len(scored)} candidates with dimension values, each scored by its mean "
+            f"dev objective over every example it was evaluated on. {FANOVA_NOTE}", "", "| dimension | fANOVA importance |",
             "| --- | --- |", *[f"| {name} | {share:.3f} |" for name, share in importances.items()], ""]
 
 

@@ -94,8 +94,8 @@ def _dimension_section(trials: list[dict], baseline_id: str) -> Html:
         fanova = table(["dimension", "fANOVA importance"], [[k, f"{v:.3f}"] for k, v in importances.items()], (1,))
     return section(
         "Search dimensions",
-        para(f"{len(scored)} grid candidates; each scored by its mean dev objective over every example it was "
-             f"evaluated on (candidates scored on few examples are noisier). {FANOVA_NOTE}", "note"),
+        para(f"{len(scored)} candidates with dimension values; each scored by its mean dev objective over every "
+             f"example it was evaluated on (candidates scored on few examples are noisier). {FANOVA_NOTE}", "note"),
         figure_img(fig, "per-value mean dev score for each search dimension"), fanova,
         Html("<details><summary>per-value table</summary>" +
              table(["dimension", "value", "candidates", "mean dev score", "95% CI"], rows, (2, 3)) + "</details>"))
