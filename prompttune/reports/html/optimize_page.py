@@ -115,7 +115,9 @@ def _anytime_section(trials: list[dict], facts: dict, cap: int) -> Html:
     if points or not math.isnan(baseline):
         ax.legend(loc="lower right", fontsize=8)
     return section("Anytime curve", figure_img(fig, "best dev objective against calls spent"),
-                   para("Dev scores are selected on dev: optimistic by construction. Only the test split decides.",
+                   para("Dev scores are selected on dev: optimistic by construction. Only the test split decides. "
+                        "Each point is the leader's score on the dev examples it had been scored on then: where a "
+                        "search scores its leaders on more examples (a race's growing blocks), the curve can fall.",
                         "note"))
 
 
