@@ -21,7 +21,7 @@ The figures are only meaningful on an otherwise idle machine (one run at a time)
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/dspy_arm_speed.py [--arm dspy-gepa]
      [--cap 300] [--threads 32] [--seed 0] [--valset-size 100] [--train-size 1000] [--dev-size 300]
-     [--test-size 200] [--dtype auto|bf16|fp32]
+     [--test-size 200] [--dtype auto|bf16|fp32] [--backend transformers|vllm] [--model M] [--device D]
 """
 
 from __future__ import annotations
@@ -123,10 +123,13 @@ def main() -> None:
     parser.add_argument("--test-size", type=int, default=200, help="the verdict's test examples")
     parser.add_argument("--dtype", default=RunConfig().dtype, choices=["auto", "bf16", "fp32"],
                         help="the model's dtype (auto: bf16 where the CPU runs it natively)")
+    parser.add_argument("--backend", default=RunConfig().backend, choices=["transformers", "vllm"])
+    parser.add_argument("--model", default=RunConfig().model)
+    parser.add_argument("--device", default=RunConfig().device, help="transformers' device: cpu, cuda, ...")
     args = parser.parse_args()
 
     config = RunConfig(budget=args.cap, seed=args.seed, train_size=args.train_size, dev_size=args.dev_size,
-                       test_size=args.test_size,
+                       test_size=args.test_size, backend=args.backend, model=args.model, device=args.device,
                        dtype=args.dtype, data_dir=os.environ.get("PROMPTTUNE_DATA_DIR"))
     options = {} if args.valset_size is None else {"valset_size": args.valset_size}
     task = load_run_task(config)
