@@ -11,16 +11,20 @@ the digest leaves that key out, so the rest of each log must still match.
 66f11e5); it has changed by design since (each seed draws its own data, same-space arms search only
 the dimensions all arms can search, DSPy arms are sized to spend the cap), so it is no longer
 compared here: tests/test_compare.py checks that an arm inside a comparison spends and ships what
-the same run does alone."""
+the same run does alone.
+reflect (batch, contextual and no calibration, demos on) and a two-arm compare with a DSPy arm were
+recorded at af01368, before the structural moves of the house, so that those moves cannot change them."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from prompttune.engine.comparison import run_compare
 from prompttune.engine.evaluation import run_evaluation
 from prompttune.engine.study import run_study
 from tests.support import oracle_config, oracle_for
@@ -55,3 +59,37 @@ def test_evaluate_on_the_engine_matches_the_recorded_evaluation(tmp_path: Path) 
     result = run_evaluation(config, backend=evaluate_oracle(config))
     assert [[s.accuracy for s in setting.scores] for setting in result.settings] == GOLDEN["evaluate"]["accuracies"]
     assert [result.ledger.calls, result.ledger.tokens] == GOLDEN["evaluate"]["ledger"]
+
+
+REFLECT_VARIANTS = {"reflect-batch": {"calibration": "batch"}, "reflect-contextual": {"calibration": "contextual"},
+                    "reflect-nocal": {"calibration": "off"}}
+
+
+def _reflect_outcome(options: dict, tmp_path: Path) -> dict:
+    """reflect with demos on (native few-shot k up to 2) and one calibration setting: its trial log, verdict
+    and ledgers, recorded before the structural moves so that they cannot change what reflect does."""
+    config = oracle_config(tmp_path, optimizer="reflect", seed=1, native_demos=2, optimizer_options=options)
+    result = run_study(config, backend=oracle_for(config))
+    trials = _trials(result.run_dir)
+    return {"trials": [_digest(trials), len(trials)], "verdict": result.verdict.summary(),
+            "shipped": result.shipped.id, "dev_winner": result.verdict.dev_winner.id,
+            "search": [result.search_ledger.calls, result.search_ledger.tokens],
+            "confirm": [result.confirm_ledger.calls, result.confirm_ledger.tokens]}
+
+
+def _compare_outcome(tmp_path: Path) -> list[list]:
+    """A two-arm compare, one prompttune arm and one DSPy arm, one seed: what each arm picked, shipped and spent."""
+    config = oracle_config(tmp_path, budget=200)
+    result = run_compare(config, ["sh", "dspy-copro"], [0], {}, backend=oracle_for(config))
+    return [[r.arm, r.seed, _digest(asdict(r.raw)), _digest(asdict(r.best)), r.search.calls, r.search.tokens,
+             r.confirm_calls, _digest(list(r.test_correct))] for r in result.runs]
+
+
+@pytest.mark.parametrize("name", list(REFLECT_VARIANTS))
+def test_reflect_matches_its_recorded_run(name: str, tmp_path: Path) -> None:
+    assert _reflect_outcome(REFLECT_VARIANTS[name], tmp_path) == GOLDEN["reflect"][name]
+
+
+def test_a_compare_with_a_dspy_arm_matches_its_recorded_run(tmp_path: Path) -> None:
+    pytest.importorskip("dspy")
+    assert _compare_outcome(tmp_path) == GOLDEN["compare"]
