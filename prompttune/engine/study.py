@@ -70,7 +70,7 @@ from prompttune.optimizers.proposer import Proposer
 from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
 from prompttune.reports.html_report import write_html_report
-from prompttune.reports.optimize_report import describe_change, print_summary, write_report
+from prompttune.reports.optimize_report import confirmable_gain, describe_change, print_summary, write_report
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.tasks.base import Task
@@ -187,6 +187,12 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
         looks = recorded_looks(run_dir) if run_dir else []
+        if not console.quiet:  # worked out only where shown: the oracle benchmarks run thousands of quiet searches
+            statement, warning = confirmable_gain(len(task.splits["test"]),
+                                                  next_look_alpha(looks, config.alpha, False), config.confirm_top)
+            console.print(statement)
+            if warning:
+                console.print(f"warning: {warning}")
         if handle_signals:
             stop = resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}"))
         elif stop is None:
