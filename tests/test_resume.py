@@ -27,7 +27,7 @@ from prompttune.engine import comparison, study
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
-from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS
+from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
 from prompttune.evaluation.cache import ResultCache
 from prompttune.reports.html.facts import run_status
 from tests.support import CountingBackend, oracle_config, oracle_for
@@ -238,6 +238,16 @@ def test_a_run_stopped_while_its_report_is_written_resumes_to_its_recorded_final
     assert [look["kind"] for look in lines(Path(stopped.runs_dir) / REGISTRY)] == ["final"]
     assert len(json.loads((run_dir / RUN_LOOKS).read_text())) == 1 and resumed.test_looks == 1
     assert run_status(run_dir) == "finished" and (run_dir / "report.html").is_file()
+
+
+def test_only_interim_looks_spend_alpha_and_a_recorded_final_look_is_reused() -> None:
+    def look(kind: str, alpha: float) -> Look:
+        return Look("run", "colours", 0, 90, "hash", kind, alpha, "decision", "shipped", 0.0)
+    interim = look("interim", 0.025)
+    assert next_look_alpha([interim], 0.05, interim=False) == pytest.approx(0.025)  # the rest
+    assert next_look_alpha([interim, look("final", 0.025)], 0.05, interim=False) == pytest.approx(0.025)
+    assert next_look_alpha([look("final", 0.05)], 0.05, interim=False) == 0.05  # not α − α = 0
+    assert next_look_alpha([look("final", 0.05)], 0.05, interim=True) == 0.0  # the final look spent the rest
 
 
 def _comparison_outcome(compare_dir: Path) -> dict:

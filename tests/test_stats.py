@@ -328,6 +328,16 @@ def test_examples_for_gain_is_where_the_power_crosses_80_percent() -> None:
     assert smallest_confirmable_gain(needed, 0.05) <= 0.05
 
 
+def test_a_spent_alpha_confirms_nothing_and_no_size_search_runs_forever() -> None:
+    # An interim look after a recorded final one tests at α = 0 (engine.verdicts.next_look_alpha).
+    assert confirmable_gain(90, 0.0) == ("the test split of 90 examples confirms no gain at α = 0: this run's α is "
+                                         "spent", None)
+    with pytest.raises(ValueError):
+        examples_for_gain(0.05, 0.0)
+    with pytest.raises(ValueError):
+        examples_for_gain(0.9, 0.05)  # more than the flips leave room for
+
+
 def test_docs_verdict_table_is_what_benchmarks_confirmable_gain_prints() -> None:
     repo = Path(__file__).resolve().parent.parent
     printed = subprocess.run([sys.executable, str(repo / "benchmarks" / "confirmable_gain.py")], check=True,

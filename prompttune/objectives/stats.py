@@ -222,8 +222,8 @@ def examples_for_gain(gain: float, alpha: float, power: float = TARGET_POWER, fl
     """About how many test examples confirm `gain` with probability `power` (`mcnemar_power`): found by
     doubling then bisecting n. A discrete test's power zigzags slightly with n, so this is the size where
     the power first crosses `power` along the bisection, not a guarantee for every larger n."""
-    if gain <= 0.0:
-        raise ValueError(f"gain must be positive, got {gain}")
+    if not 0.0 < gain <= 1.0 - 2.0 * flip or not 0.0 < alpha < 1.0:  # else no n reaches the power
+        raise ValueError(f"need 0 < gain <= {1.0 - 2.0 * flip:g} and 0 < alpha < 1, got gain {gain}, alpha {alpha}")
     low, high = 1, 2
     while mcnemar_power(high, gain, alpha, flip) < power:
         low, high = high, 2 * high

@@ -64,20 +64,23 @@ def confirmable_gain(n: int, alpha: float, top_k: int = 1, baseline_accuracy: fl
     `baseline_accuracy` (None before the run) only bounds the gain (`smallest_confirmable_gain`)."""
     level = alpha / top_k
     at = f"α = {alpha:.3g}" if top_k == 1 else f"α/K = {level:.3g}, Holm's first step over K = {top_k}"
+    if level <= 0.0:  # an interim look after a recorded final one (engine.verdicts): nothing left to spend
+        return f"the test split of {n} examples confirms no gain at {at}: this run's α is spent", None
     model = f"exact one-sided McNemar, {FLIP_SHARE:.0%} of the examples assumed to flip against the new prompt"
+    with_power = f"{TARGET_POWER:.0%} power at {at} ({model})"
     gain = smallest_confirmable_gain(n, level, baseline_accuracy)
+    points = None if gain is None else in_points(gain)
+    if points is None:
+        room = "none the baseline leaves room for" if baseline_accuracy is not None else "however large"
+        statement = f"the test split of {n} examples confirms no gain with {with_power}, {room}"
+    else:
+        statement = f"the test split of {n} examples confirms a gain of ≥ {points:.1f} points with {with_power}"
+        if points <= WARN_ABOVE_POINTS:
+            return statement, None
     needed = (f"about {examples_for_gain(WARN_ABOVE_POINTS / 100, level)} test examples confirm "
               f"{WARN_ABOVE_POINTS:g} points with {TARGET_POWER:.0%} power (--test-size)")
-    if gain is None:
-        room = "none the baseline leaves room for" if baseline_accuracy is not None else "however large"
-        return (f"the test split of {n} examples confirms no gain with {TARGET_POWER:.0%} power at {at} ({model}), "
-                f"{room}", needed)
-    points = in_points(gain)
-    statement = (f"the test split of {n} examples confirms a gain of ≥ {points:.1f} points with {TARGET_POWER:.0%} "
-                 f"power at {at} ({model})")
-    if points <= WARN_ABOVE_POINTS:
-        return statement, None
-    return statement, (f"a true gain under {points:.1f} points is confirmed with less than {TARGET_POWER:.0%} power; "
+    return statement, (needed if points is None else
+                       f"a true gain under {points:.1f} points is confirmed with less than {TARGET_POWER:.0%} power; "
                        f"{needed}")
 
 
