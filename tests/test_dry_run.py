@@ -33,6 +33,24 @@ def test_dry_run_prints_the_plan_and_charges_no_search_call(tmp_path: Path, caps
     assert not (tmp_path / "runs").exists()  # no run was started
 
 
+@pytest.mark.parametrize("test_size,warned", [(30, True), (1000, False)])
+def test_dry_run_states_the_gain_the_test_split_confirms_and_warns_above_5_points(
+        tmp_path: Path, capsys, monkeypatch, test_size: int, warned: bool) -> None:
+    monkeypatch.setattr(plan, "build_backend", oracle_for)
+    task = colours_task_file(tmp_path, per_colour=400)  # room for 1000 test examples
+    assert main(["optimize", "--task", str(task), "--optimizer", "sh", "--budget", "300",
+                 "--train-size", "60", "--dev-size", "60", "--test-size", str(test_size), "--runs-dir",
+                 str(tmp_path / "runs"), "--dry-run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    power = next(line for line in out if line.startswith("held-out power: "))
+    points = float(power.split("confirms a gain of ≥ ")[1].split(" points")[0])
+    assert f"the test split of {test_size} examples" in power and "with 80% power at α = 0.05" in power
+    assert (points >= 30) if warned else (points <= 5)
+    warnings = [line for line in out if line.startswith("warning: ")]
+    assert warnings == ([f"warning: a true gain under {points} points is confirmed with less than 80% power; about "
+                         "651 test examples confirm 5 points with 80% power (--test-size)"] if warned else [])
+
+
 def test_dry_run_does_not_combine_with_resume(tmp_path: Path, capsys) -> None:
     assert main(["optimize", "--resume", str(tmp_path), "--dry-run"]) == 2
     assert capsys.readouterr().err.startswith("error: --dry-run plans a new run")

@@ -23,10 +23,11 @@ from prompttune.comparing.arms import ARM_FILE
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
 from prompttune.core.storage import JsonlStorage
-from prompttune.engine import comparison
+from prompttune.engine import comparison, study
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
+from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
 from prompttune.evaluation.cache import ResultCache
 from prompttune.reports.html.facts import run_status
 from tests.support import CountingBackend, oracle_config, oracle_for
@@ -212,6 +213,41 @@ def test_a_signal_that_stops_at_once_marks_the_run_closes_its_cache_and_resume_f
     resumed = resume_study(run_dir, backend=oracle_for(config))
     _assert_same_result(run_dir, resumed, whole)
     assert run_status(run_dir) == "finished"
+
+
+@pytest.mark.parametrize("writing", ["write_report", "write_html_report"])  # before verdict.json, after it
+def test_a_run_stopped_while_its_report_is_written_resumes_to_its_recorded_final_verdict(
+        tmp_path: Path, monkeypatch, writing: str) -> None:
+    """The final look was made and recorded, then a signal stopped the run: the resume reuses that look at its
+    α (it spent no more), ships the prompt it confirmed, and logs no second verdict on the test split."""
+    config = oracle_config(tmp_path / "whole", optimizer="sh")
+    whole = run_study(config, backend=oracle_for(config))
+    assert whole.verdict.confirmed is not None  # a confirmed prompt: what a resume at α − α = 0 replaced
+    write = getattr(study, writing)
+    monkeypatch.setattr(study, writing, lambda *args: signal.raise_signal(signal.SIGTERM))
+    stopped = oracle_config(tmp_path / "stopped", optimizer="sh")
+    with pytest.raises(RunInterrupted, match="stopped at once by SIGTERM"):
+        run_study(stopped, backend=oracle_for(stopped), handle_signals=True)
+    run_dir = next(path for path in Path(stopped.runs_dir).iterdir() if path.is_dir())
+    assert run_status(run_dir) == "interrupted"
+    assert [look["kind"] for look in lines(Path(stopped.runs_dir) / REGISTRY)] == ["final"]
+    monkeypatch.setattr(study, writing, write)
+    resumed = resume_study(run_dir, backend=oracle_for(config))
+    _assert_same_result(run_dir, resumed, whole)
+    assert resumed.verdict.alpha == config.alpha and resumed.verdict.shipped.id == whole.verdict.shipped.id
+    assert [look["kind"] for look in lines(Path(stopped.runs_dir) / REGISTRY)] == ["final"]
+    assert len(json.loads((run_dir / RUN_LOOKS).read_text())) == 1 and resumed.test_looks == 1
+    assert run_status(run_dir) == "finished" and (run_dir / "report.html").is_file()
+
+
+def test_only_interim_looks_spend_alpha_and_a_recorded_final_look_is_reused() -> None:
+    def look(kind: str, alpha: float) -> Look:
+        return Look("run", "colours", 0, 90, "hash", kind, alpha, "decision", "shipped", 0.0)
+    interim = look("interim", 0.025)
+    assert next_look_alpha([interim], 0.05, interim=False) == pytest.approx(0.025)  # the rest
+    assert next_look_alpha([interim, look("final", 0.025)], 0.05, interim=False) == pytest.approx(0.025)
+    assert next_look_alpha([look("final", 0.05)], 0.05, interim=False) == 0.05  # not α − α = 0
+    assert next_look_alpha([look("final", 0.05)], 0.05, interim=True) == 0.0  # the final look spent the rest
 
 
 def _comparison_outcome(compare_dir: Path) -> dict:

@@ -1,8 +1,11 @@
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest, bootstrap
+from scipy.stats import binomtest, bootstrap, multinomial
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
@@ -17,6 +20,8 @@ from prompttune.objectives import (
     selection_bias_scale,
     wilson_ci,
 )
+from prompttune.objectives.stats import examples_for_gain, mcnemar_power, smallest_confirmable_gain
+from prompttune.reports.optimize_report import confirmable_gain
 
 
 def paired_arrays(both_right: int, b: int, c: int, both_wrong: int) -> tuple[np.ndarray, np.ndarray]:
@@ -268,3 +273,75 @@ def test_holm_equals_statsmodels_on_random_sweeps_with_ties():
             ours = adjust_pvalues(list(p), "holm", 0.05)
             assert ours[0] == [bool(r) for r in reject]
             assert np.allclose(ours[1], corrected)
+
+
+def brute_force_power(n: int, gain: float, alpha: float, losses: float = 0.10) -> float:
+    """The flip model's power by enumerating every (wins, losses) table of n examples: its multinomial
+    probability times whether scipy's exact one-sided binomial test confirms it (p <= alpha, as Holm)."""
+    shares = [losses + gain, losses, 1.0 - 2.0 * losses - gain]
+    return sum(multinomial.pmf([w, lost, n - w - lost], n, shares)
+               for w in range(n + 1) for lost in range(n + 1 - w)
+               if w + lost and binomtest(w, w + lost, 0.5, alternative="greater").pvalue <= alpha)
+
+
+@pytest.mark.parametrize("n,gain,alpha", [(30, 0.0, 0.05), (30, 0.10, 0.05), (30, 0.34, 0.05), (60, 0.2, 0.01),
+                                          (100, 0.15, 0.025), (17, 0.5, 0.05)])
+def test_mcnemar_power_is_the_exact_sum_over_every_table(n: int, gain: float, alpha: float) -> None:
+    assert mcnemar_power(n, gain, alpha) == pytest.approx(brute_force_power(n, gain, alpha), abs=1e-9)
+
+
+def test_with_no_gain_the_power_is_the_tests_size_at_most_alpha() -> None:
+    assert all(mcnemar_power(n, 0.0, 0.05) <= 0.05 for n in (10, 30, 100, 1000))
+
+
+@pytest.mark.parametrize("n", [30, 100])
+def test_the_smallest_confirmable_gain_is_where_the_exact_power_reaches_80_percent(n: int) -> None:
+    gain = smallest_confirmable_gain(n, 0.05)
+    assert gain is not None
+    assert brute_force_power(n, gain, 0.05) == pytest.approx(0.80, abs=1e-4)
+    assert brute_force_power(n, gain - 0.01, 0.05) < 0.80
+
+
+def test_30_test_examples_confirm_only_a_30_point_gain_and_1000_one_under_5_points() -> None:
+    assert mcnemar_power(30, 0.10, 0.05) == pytest.approx(0.15, abs=0.01)  # issue 40: "about 15%" at +10 points
+    small, large = confirmable_gain(30, 0.05), confirmable_gain(1000, 0.05)
+    assert smallest_confirmable_gain(30, 0.05) >= 0.30 and small[1] is not None
+    assert "the test split of 30 examples confirms a gain of ≥ 34.2 points with 80% power at α = 0.05" in small[0]
+    assert smallest_confirmable_gain(1000, 0.05) <= 0.05 and large[1] is None
+
+
+def test_the_baseline_accuracy_bounds_the_gain_and_holm_lowers_the_level() -> None:
+    # Wins come from the baseline's errors: a baseline at 0.8 leaves 10 points, too few at n = 30.
+    assert smallest_confirmable_gain(30, 0.05, baseline_accuracy=0.8) is None
+    statement, warning = confirmable_gain(30, 0.05, baseline_accuracy=0.8)
+    assert "confirms no gain" in statement and "none the baseline leaves room for" in statement and warning
+    # A baseline right on fewer than 10% of the examples can lose only those.
+    assert smallest_confirmable_gain(1000, 0.05, 0.05) == pytest.approx(
+        smallest_confirmable_gain(1000, 0.05, flip=0.05))
+    assert smallest_confirmable_gain(300, 0.05 / 3) > smallest_confirmable_gain(300, 0.05)
+    assert "α/K = 0.0167, Holm's first step over K = 3" in confirmable_gain(300, 0.05, top_k=3)[0]
+
+
+def test_examples_for_gain_is_where_the_power_crosses_80_percent() -> None:
+    needed = examples_for_gain(0.05, 0.05)
+    assert mcnemar_power(needed, 0.05, 0.05) >= 0.80 > mcnemar_power(needed - 1, 0.05, 0.05)
+    assert smallest_confirmable_gain(needed, 0.05) <= 0.05
+
+
+def test_a_spent_alpha_confirms_nothing_and_no_size_search_runs_forever() -> None:
+    # An interim look after a recorded final one tests at α = 0 (engine.verdicts.next_look_alpha).
+    assert confirmable_gain(90, 0.0) == ("the test split of 90 examples confirms no gain at α = 0: this run's α is "
+                                         "spent", None)
+    with pytest.raises(ValueError):
+        examples_for_gain(0.05, 0.0)
+    with pytest.raises(ValueError):
+        examples_for_gain(0.9, 0.05)  # more than the flips leave room for
+
+
+def test_docs_verdict_table_is_what_benchmarks_confirmable_gain_prints() -> None:
+    repo = Path(__file__).resolve().parent.parent
+    printed = subprocess.run([sys.executable, str(repo / "benchmarks" / "confirmable_gain.py")], check=True,
+                             capture_output=True, text=True).stdout
+    table = [line for line in printed.splitlines() if line.startswith("|")]
+    assert len(table) == 6 and "\n".join(table) in (repo / "docs" / "verdict.md").read_text()
+    assert "5 points need about 651 test examples, 10 points about 199" in printed

@@ -3,17 +3,21 @@ ships, and what ships (files, export, API, compare) is the verdict — checked o
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from prompttune.cli import main
 from prompttune.core.types import Record
+from prompttune.engine import study
 from prompttune.engine.export import load_winner
 from prompttune.engine.study import run_study
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.search_spaces.prompt import PromptSpec
 from tests.support import oracle_config, oracle_for, run_oracle
 
@@ -98,3 +102,21 @@ def test_each_challenge_of_a_sweep_gets_its_share_of_dev_alpha() -> None:
     # O'Brien-Fleming spending keeps most of a challenge's alpha / (sweep size) for its last look.
     assert last_looks and all(0.5 * 0.10 / t["sweep_size"] <= t["threshold"] <= 0.10 / t["sweep_size"]
                               for t in last_looks)
+
+
+def test_a_run_states_the_gain_its_test_split_confirms_first_and_in_both_reports(tmp_path: Path, capsys,
+                                                                                 monkeypatch) -> None:
+    monkeypatch.setattr(study, "build_backend", oracle_for)
+    config = oracle_config(tmp_path, optimizer="sh")
+    assert main(["optimize", "--task", config.task, "--optimizer", "sh", "--budget", str(config.budget),
+                 "--train-size", "60", "--dev-size", "60", "--test-size", "90", "--runs-dir", config.runs_dir]) == 0
+    before_search = " ".join(capsys.readouterr().err.split("held-out verdict on")[0].split())  # unwrapped
+    statement, warning = confirmable_gain(90, 0.05)  # before the run: no baseline accuracy
+    assert f"{statement} warning: {warning}" in before_search
+    run_dir = next(path for path in Path(config.runs_dir).iterdir() if path.is_dir())
+    facts = json.loads((run_dir / "verdict.json").read_text())["verdict"]
+    statement, warning = confirmable_gain(90, 0.05, 1, facts["baseline_only"]["baseline_accuracy"])
+    assert statement.startswith("the test split of 90 examples confirms a gain of ≥ ") and warning
+    report, page = (run_dir / "report.md").read_text(), (run_dir / "report.html").read_text()
+    assert f"The{statement[3:]}.\n\n**Warning: {warning}.**" in report
+    assert f"The{html.escape(statement[3:], quote=False)}." in page and html.escape(warning, quote=False) in page

@@ -30,6 +30,7 @@ from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers import OPTIMIZERS, SearchContext
 from prompttune.optimizers.base import validate_options
 from prompttune.reports.compare_report import caps_text
+from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.tasks.base import Task
 
 PROBE_EXAMPLES = 8
@@ -95,6 +96,9 @@ class RunPlan:
     search_tokens: int | None  # the token cap, if one was set
     verdict_calls: int  # at most: baseline and winner on every test example
     probe: Probe
+    test_size: int
+    alpha: float
+    confirm_top: int
 
     def lines(self) -> list[str]:
         """The plan as `optimize --dry-run` prints it."""
@@ -104,15 +108,25 @@ class RunPlan:
                 f"{self.probe.tokens_text(self.search_calls, self.search_tokens)}",
                 f"held-out verdict: at most {self.verdict_calls} calls (baseline and winner on every test "
                 "example), outside the budget",
+                *self.power_lines(),
                 self.probe.wall_line({"search": self.search_calls, "verdict": self.verdict_calls})]
+
+    def power_lines(self) -> list[str]:
+        """The gain the test split confirms with 80% power, and a warning where it is more than 5 points. The
+        baseline's accuracy is unknown before the run; the flip model needs it only to bound the gain, so
+        the figure leaves it out (`smallest_confirmable_gain`)."""
+        statement, warning = confirmable_gain(self.test_size, self.alpha, self.confirm_top)
+        return [f"held-out power: {statement}", *([f"warning: {warning}"] if warning else [])]
 
 
 def plan_run(config: RunConfig, probe_examples: int = PROBE_EXAMPLES) -> RunPlan:
     """Check the run as `run_study` would, then time the baseline on `probe_examples` dev examples."""
     task = load_run_task(config)
     visible, context, _ = checked_search(config, task, load_space(config, task))
+    test_size = len(task.splits["test"])
     return RunPlan(config.optimizer, strategy_line(config, context), config.budget, config.budget_tokens,
-                   2 * len(task.splits["test"]), probe(config, visible, context, probe_examples))
+                   2 * test_size, probe(config, visible, context, probe_examples), test_size, config.alpha,
+                   config.confirm_top)
 
 
 @dataclass(frozen=True)

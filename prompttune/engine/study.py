@@ -56,7 +56,7 @@ from prompttune.engine.setup import (
     search_context,
 )
 from prompttune.engine.strategies import Setting, Strategy, plan_strategy
-from prompttune.engine.verdicts import look_alpha, new_look, record_look, spent_alpha
+from prompttune.engine.verdicts import final_look, new_look, next_look_alpha, record_look, recorded_looks, served_verdicts
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator, prompt_tokens
@@ -70,7 +70,7 @@ from prompttune.optimizers.proposer import Proposer
 from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
 from prompttune.reports.html_report import write_html_report
-from prompttune.reports.optimize_report import describe_change, print_summary, write_report
+from prompttune.reports.optimize_report import confirmable_gain, describe_change, print_summary, write_report
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.tasks.base import Task
@@ -186,6 +186,13 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         train = {ex.id: ex for ex in visible.splits["train"]}
         check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
+        looks = recorded_looks(run_dir) if run_dir else []
+        if not console.quiet:  # worked out only where shown: the oracle benchmarks run thousands of quiet searches
+            statement, warning = confirmable_gain(len(task.splits["test"]),
+                                                  next_look_alpha(looks, config.alpha, False), config.confirm_top)
+            console.print(statement)
+            if warning:
+                console.print(f"warning: {warning}")
         if handle_signals:
             stop = resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}"))
         elif stop is None:
@@ -223,7 +230,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                 with stop.during_search():
                     outcome = strategy.search(storage, on_trial, stop)
             interim = outcome.interrupted
-            alpha = look_alpha(config.alpha, spent_alpha(run_dir) if run_dir else 0.0, interim)
+            alpha = next_look_alpha(looks, config.alpha, interim)
             confirm_ledger = BudgetLedger()
             test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
                                        confirm_ledger, scoring=config.scoring)
@@ -263,13 +270,18 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         stopped = f"stopped by {stop.signal} after the trial in flight" if interim else None
         if stopped:  # before verdict.json, which alone would say finished
             mark_interrupted(run_dir, stopped, servers())
-        look = new_look(run_dir, task.name, config.split_seed, test_ids, interim, alpha, verdict.summary(),
-                        verdict.shipped.id)
-        result.test_looks = record_look(run_dir.parent, run_dir, look)
-        _write_record(result, task, interim)
-        if not stopped:
-            clear_interruption(run_dir)
-        write_html_report(run_dir)
+        decided = None if interim else final_look(looks)  # recorded by a session stopped while writing its report
+        try:
+            result.test_looks = (served_verdicts(run_dir.parent, decided) if decided else record_look(
+                run_dir.parent, run_dir, new_look(run_dir, task.name, config.split_seed, test_ids, interim, alpha,
+                                                  verdict.summary(), verdict.shipped.id)))
+            _write_record(result, task, interim)
+            if not stopped:
+                clear_interruption(run_dir)
+            write_html_report(run_dir)
+        except RunInterrupted as exc:  # a signal while the record is written: a resume writes it again
+            mark_interrupted(run_dir, exc.reason, servers())
+            raise
         if progress:
             print_summary(result, console)
         if stopped:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.stats import binomtest, norm
+from scipy.optimize import brentq
+from scipy.stats import binom, binomtest, norm
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
@@ -147,6 +148,89 @@ def _holm(pvalues: Sequence[float], alpha: float) -> tuple[list[bool], list[floa
     reject[order] = np.logical_and.accumulate(p[order] <= alpha / factors)  # up to the first that fails
     corrected[order] = np.minimum(np.maximum.accumulate(p[order] * factors), 1.0)
     return ([bool(r) for r in reject], [float(x) for x in corrected])
+
+
+FLIP_SHARE = 0.10  # share of examples assumed to go from right to wrong under the new prompt
+TARGET_POWER = 0.80
+
+
+def _critical_wins(discordant: np.ndarray, alpha: float) -> np.ndarray:
+    """Per count m of discordant pairs, the fewest wins w the held-out test confirms: the smallest w whose
+    exact one-sided p, P(Bin(m, 1/2) >= w), is at most alpha (as Holm compares it); m + 1 where none is.
+
+    `binom.ppf` gives the boundary; the p-values are then checked as `binomtest` computes them, since
+    floating point can put the quantile one off."""
+    wins = np.minimum(binom.ppf(1.0 - alpha, discordant, 0.5).astype(int) + 1, discordant + 1)
+    while (short := (wins <= discordant) & (binom.sf(wins - 1, discordant, 0.5) > alpha)).any():
+        wins[short] += 1
+    while (spare := (wins >= 1) & (binom.sf(wins - 2, discordant, 0.5) <= alpha)).any():
+        wins[spare] -= 1
+    return wins
+
+
+def mcnemar_power(n: int, gain: float, alpha: float, losses: float = FLIP_SHARE) -> float:
+    """Power of the exact one-sided McNemar test on n paired examples when the new prompt loses a share
+    `losses` of them and wins a share `losses + gain` (its accuracy is `gain` higher).
+
+    The counts (wins W, losses L, ties) are multinomial; D = W + L ~ Bin(n, 2·losses + gain) and, given
+    D = m, W ~ Bin(m, (losses + gain) / (2·losses + gain)). The power sums exactly over m:
+    Σ_m P(D = m) · P(W >= w*(m) | D = m), w*(m) the fewest wins the test confirms among m (`_critical_wins`).
+    """
+    return _power_given(_critical_wins(np.arange(n + 1), alpha), gain, losses)
+
+
+def _power_given(critical_wins: np.ndarray, gain: float, losses: float) -> float:
+    """`mcnemar_power` with the critical wins of every discordant count 0..n worked out once (a root search
+    asks for the power at many gains)."""
+    discordant_share = 2.0 * losses + gain
+    if discordant_share <= 0.0:
+        return 0.0
+    discordant = np.arange(critical_wins.size)
+    return float(np.sum(binom.pmf(discordant, discordant.size - 1, discordant_share)
+                        * binom.sf(critical_wins - 1, discordant, (losses + gain) / discordant_share)))
+
+
+def smallest_confirmable_gain(n: int, alpha: float, baseline_accuracy: float | None = None,
+                              power: float = TARGET_POWER, flip: float = FLIP_SHARE) -> float | None:
+    """The smallest accuracy gain (a share: 0.05 is 5 points) that a test split of n examples confirms
+    with probability `power`, by the exact one-sided McNemar test at `alpha`; None where no gain fits.
+
+    Model: a share `flip` of the examples flip against the new prompt (baseline right, new prompt wrong)
+    and a share `flip + gain` flip for it, independently per example (`mcnemar_power`). Power rises with
+    the gain (a tie turned into a win never raises the test's p), so the gain at `power` is one root.
+    The baseline's accuracy a only bounds what can flip: losses come from its right answers (a share
+    min(flip, a)), wins from its wrong ones (gain <= 1 - a - losses). Unknown before a run, it is then
+    left out: the gain is bounded only by wins + losses <= 1.
+    """
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    losses = flip if baseline_accuracy is None else min(flip, baseline_accuracy)
+    room = 1.0 - 2.0 * losses if baseline_accuracy is None else 1.0 - baseline_accuracy - losses
+    critical_wins = _critical_wins(np.arange(n + 1), alpha)
+    if room <= 0.0 or _power_given(critical_wins, room, losses) < power:
+        return None
+    return float(brentq(lambda gain: _power_given(critical_wins, gain, losses) - power, 0.0, room, xtol=1e-6))
+
+
+def in_points(gain: float) -> float:
+    """An accuracy gain (a share) in points to one decimal, rounded up: a figure of the gain a test split
+    confirms then never claims a smaller gain than it needs."""
+    return math.ceil(round(gain * 1000, 6)) / 10
+
+
+def examples_for_gain(gain: float, alpha: float, power: float = TARGET_POWER, flip: float = FLIP_SHARE) -> int:
+    """About how many test examples confirm `gain` with probability `power` (`mcnemar_power`): found by
+    doubling then bisecting n. A discrete test's power zigzags slightly with n, so this is the size where
+    the power first crosses `power` along the bisection, not a guarantee for every larger n."""
+    if not 0.0 < gain <= 1.0 - 2.0 * flip or not 0.0 < alpha < 1.0:  # else no n reaches the power
+        raise ValueError(f"need 0 < gain <= {1.0 - 2.0 * flip:g} and 0 < alpha < 1, got gain {gain}, alpha {alpha}")
+    low, high = 1, 2
+    while mcnemar_power(high, gain, alpha, flip) < power:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if mcnemar_power(middle, gain, alpha, flip) >= power else (middle, high)
+    return high
 
 
 def accuracy_sigma(acc: float, n: int) -> float:

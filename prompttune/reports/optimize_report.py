@@ -11,7 +11,15 @@ from rich.table import Table
 from prompttune.core.storage import write_atomic
 from prompttune.evaluation.per_class import ClassLoss, PerClass
 from prompttune.evaluation.serving import GenerationCheck, scored_by
-from prompttune.objectives.stats import accuracy_sigma, selection_bias_scale
+from prompttune.objectives.stats import (
+    FLIP_SHARE,
+    TARGET_POWER,
+    accuracy_sigma,
+    examples_for_gain,
+    in_points,
+    selection_bias_scale,
+    smallest_confirmable_gain,
+)
 from prompttune.reports import ci_text
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 
@@ -45,6 +53,37 @@ def _noise_phrase(gain: float, bias: float) -> str:
 
 
 
+WARN_ABOVE_POINTS = 5.0  # a test split that cannot confirm this much is warned about
+
+
+def confirmable_gain(n: int, alpha: float, top_k: int = 1, baseline_accuracy: float | None = None
+                     ) -> tuple[str, str | None]:
+    """What a test split of n examples can confirm, as `--dry-run`, a run's first lines and its report say
+    it, and a warning where that is more than 5 points: a user should know before spending a budget that
+    the verdict cannot see a smaller gain. With `--confirm-top K` the figure is at Holm's first step, α/K.
+    `baseline_accuracy` (None before the run) only bounds the gain (`smallest_confirmable_gain`)."""
+    level = alpha / top_k
+    at = f"α = {alpha:.3g}" if top_k == 1 else f"α/K = {level:.3g}, Holm's first step over K = {top_k}"
+    if level <= 0.0:  # an interim look after a recorded final one (engine.verdicts): nothing left to spend
+        return f"the test split of {n} examples confirms no gain at {at}: this run's α is spent", None
+    model = f"exact one-sided McNemar, {FLIP_SHARE:.0%} of the examples assumed to flip against the new prompt"
+    with_power = f"{TARGET_POWER:.0%} power at {at} ({model})"
+    gain = smallest_confirmable_gain(n, level, baseline_accuracy)
+    points = None if gain is None else in_points(gain)
+    if points is None:
+        room = "none the baseline leaves room for" if baseline_accuracy is not None else "however large"
+        statement = f"the test split of {n} examples confirms no gain with {with_power}, {room}"
+    else:
+        statement = f"the test split of {n} examples confirms a gain of ≥ {points:.1f} points with {with_power}"
+        if points <= WARN_ABOVE_POINTS:
+            return statement, None
+    needed = (f"about {examples_for_gain(WARN_ABOVE_POINTS / 100, level)} test examples confirm "
+              f"{WARN_ABOVE_POINTS:g} points with {TARGET_POWER:.0%} power (--test-size)")
+    return statement, (needed if points is None else
+                       f"a true gain under {points:.1f} points is confirmed with less than {TARGET_POWER:.0%} power; "
+                       f"{needed}")
+
+
 def _looks_line(looks: int) -> str:
     """How often this test split has decided (engine.verdicts), with a warning once it keeps deciding."""
     if looks <= 1:
@@ -52,6 +91,12 @@ def _looks_line(looks: int) -> str:
     return (f"**This test split has now served {looks} verdicts in the runs directory (this one included).** "
             f"Each run tested at α on the same split adds up to α to the family-wise error ({looks} looks: up to "
             f"{looks}·α); draw a fresh test set with another `--split-seed` before the next decision.")
+
+
+def _power_lines(n: int, alpha: float, top_k: int, baseline_accuracy: float) -> list[str]:
+    """report.md's statement of the gain this test split confirms with 80% power, from the baseline's test accuracy."""
+    statement, warning = confirmable_gain(n, alpha, top_k, baseline_accuracy)
+    return [f"{statement[0].upper()}{statement[1:]}.", "", *([f"**Warning: {warning}.**", ""] if warning else [])]
 
 
 def _tested_rows(result: "RunResult") -> list[str]:
@@ -268,6 +313,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"{f' (of {config.alpha}: interim looks of this run spent the rest)' if v.alpha < config.alpha else ''}. "
         "What ships is the confirmed prompt, else the baseline.",
         "",
+        *_power_lines(base.n, v.alpha, v.top_k, base.baseline_accuracy),
         _looks_line(result.test_looks),
         "",
         "## Held-out test (never seen by the optimizer)",

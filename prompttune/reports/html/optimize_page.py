@@ -39,6 +39,7 @@ from prompttune.reports.optimize_report import (
     SERVERS_NOTE,
     TOKENS_COUNTED,
     answer_shown,
+    confirmable_gain,
     generation_header,
     generation_rows,
     generation_warning,
@@ -238,6 +239,13 @@ def _budget_section(facts: dict, config: dict) -> Html:
                      if servers else []))
 
 
+def _power_paragraphs(n: int, alpha: float, top_k: int, baseline_accuracy: float) -> list[Html]:
+    """The gain this test split confirms with 80% power, and a warning where it is more than 5 points."""
+    statement, warning = confirmable_gain(n, alpha, top_k, baseline_accuracy)
+    return [para(f"{statement[0].upper()}{statement[1:]}."),
+            *([Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>')] if warning else [])]
+
+
 def _verdict_section(facts: dict, scoring: str) -> Html:
     v, s = facts["verdict"], facts["search"]
     base = v["baseline_only"]
@@ -257,6 +265,7 @@ def _verdict_section(facts: dict, scoring: str) -> Html:
         para(f"Baseline test accuracy {base['baseline_accuracy']:.3f} {ci_text(base['baseline_ci'])} (Wilson 95%) on "
              f"{base['n']} held-out test examples the optimizer never saw. {dev}"),
         para(f"The verdict scored prompts by {scored_by(scoring)} (--scoring {scoring})."),
+        *_power_paragraphs(base["n"], v["alpha"], v["top_k"], base["baseline_accuracy"]),
         table(["dev rank", "candidate", "test accuracy", "95% CI (Wilson)", "gain [paired bootstrap 95% CI]",
                "b / c", "one-sided McNemar p", "Holm p", "confirmed"], rows, (0, 2, 6, 7))
         if rows else para("The dev winner is the baseline: nothing was tested."))
