@@ -27,11 +27,14 @@ from __future__ import annotations
 import inspect
 import json
 import pprint
+import re
 import textwrap
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from prompttune.backends import openai_chat as chat
+from prompttune.backends.base import apply_chat_template
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -45,7 +48,29 @@ from prompttune.evaluation.prompt_sources import OPENAI_CHAT_FORMAT
 from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"
-FORMATS = ("text", "json", "openai-chat", "dspy")
+FORMATS = ("text", "json", "openai-chat", "dspy", "python")
+PYTHON_FORMAT = "prompttune-python/1"
+Contract = Literal["logprobs", "generate", "choice"]
+_SLOT = re.compile("\x00([^\x00]*)\x00")  # an input field's place in a rendered template
+
+
+def serving_contract(config: RunConfig) -> Contract:
+    """How production serves the shipped prompt: the run's `serve`, or, for a run made before that
+    field existed, its scoring (`generate` → generate, else logprobs). Every export reads it here."""
+    declared = getattr(config, "serve", None)
+    if declared is not None:
+        return declared
+    return "generate" if config.scoring == "generate" else "logprobs"
+
+
+def prediction(spec: PromptSpec, config: RunConfig) -> str:
+    """How the verdict turned the model's output into this prompt's label: generation (the contract,
+    or a CoT prompt), or label log-probabilities raw or less the shipped offsets."""
+    if serving_contract(config) == "generate" or spec.cot:
+        return "generation"
+    if config.scoring == "calibrated" or spec.calibrate:
+        return "contextual_calibration"
+    return "batch_calibration" if spec.label_bias else "label_logprobs"
 
 
 def input_fields(spec: PromptSpec) -> list[str]:
@@ -322,6 +347,122 @@ def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
     return [train[i] for i in spec.demo_ids]
 
 
+def _slotted(spec: PromptSpec, demos: list[Example]) -> Prompt:
+    """The prompt rendered with a marker in each input's place, which `_segments` splits at."""
+    return _filled(spec, demos, {name: f"\x00{name}\x00" for name in input_fields(spec)})
+
+
+def _segments(text: str) -> list[list[str]]:
+    """Marked text as `["text", literal]` and `["field", name]` parts, filled in one pass by the module."""
+    parts = _SLOT.split(text)
+    return [["field", part] if i % 2 else ["text", part] for i, part in enumerate(parts) if i % 2 or part]
+
+
+def run_tokenizer(config: RunConfig) -> Any:
+    """The tokenizer the run's backend rendered chat prompts and found labels' first tokens with (None
+    where it had none: a server of another model, reached without --tokenizer)."""
+    from prompttune.backends.openai_backend import embedded_tokenizer_if_served, load_tokenizer
+    from prompttune.backends.transformers_backend import embedded_model_path
+
+    if config.tokenizer:
+        return load_tokenizer(config.tokenizer)
+    if config.model.startswith("embedded:"):
+        return embedded_tokenizer_if_served(str(embedded_model_path()))
+    if config.backend == "openai":
+        return embedded_tokenizer_if_served(config.model)
+    return load_tokenizer(config.model)
+
+
+def python_contract(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """What the exported module needs to score as the verdict did: the prompt for either endpoint (input slots
+    marked), the label continuations and their first tokens, and how a label is read from the server."""
+    prompt = _slotted(spec, demos)
+    method = prediction(spec, config)
+    over_chat = not (config.backend == "openai" and config.api == "completions")
+    tokenizer = run_tokenizer(config) if prompt.messages is not None or (over_chat and method != "generation") else None
+    if prompt.messages is None:
+        completions_text: list[list[str]] | None = _segments(prompt.text or "")
+    else:
+        completions_text = _segments(apply_chat_template(tokenizer, prompt)) if tokenizer is not None else None
+    labels = sorted({form for c in prompt.label_continuations for form in (c, c.lstrip())})
+    firsts = dict(zip(labels, chat.first_tokens(tokenizer, labels))) if tokenizer is not None else None
+    return {"format": PYTHON_FORMAT, "source_run": str(run_dir), "task": config.task,
+            "serve": serving_contract(config), "predict": method, "cot": spec.cot,
+            "model": None if config.model.startswith("embedded:") else config.model,
+            "scored_with": {"backend": config.backend, "api": config.api if config.backend == "openai" else None},
+            "base_url": config.base_url[0] if config.backend == "openai" and config.base_url else None,
+            "api": config.api if config.backend == "openai" else "auto", "api_key_env": config.api_key_env,
+            "input_fields": input_fields(spec), "label_words": list(spec.label_words),
+            "continuations": list(prompt.label_continuations), "text_prompt": prompt.messages is None,
+            "completions_text": completions_text,
+            "messages": [{"role": m["role"], "content": _segments(m["content"])} for m in _chat_messages(prompt)],
+            "assistant_prefix": prompt.assistant_prefix, "first_tokens": firsts,
+            "max_tokens": (COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS) if method == "generation" else None,
+            "label_bias": list(spec.label_bias) if method == "batch_calibration" else None,
+            "content_free_inputs": list(CONTENT_FREE) if method == "contextual_calibration" else []}
+
+
+def _module_docstring(contract: dict[str, Any], spec: PromptSpec, name: str) -> str:
+    """The exported module's statement of its contract: what it sends, how it reads the label, when it refuses."""
+    method = contract["predict"]
+    example = ", ".join(f'"{name}": "..."' for name in contract["input_fields"])
+    endpoint = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}.get(
+        contract["api"], "/v1/completions where the server offers it, else /v1/chat/completions (the run's --api auto)")
+    if method == "generation":
+        after = " after the last 'Final answer'" if spec.cot else ""
+        read = (f"the server answers greedily (temperature 0, at most {contract['max_tokens']} tokens) and the label "
+                f"is the one label word found{after} as a whole word, ignoring case; an answer naming none or "
+                "several gives None, which the run's verdict counted wrong.")
+    else:
+        read = ("each label's log-probability right after the prompt comes from the server's log-probs as "
+                "prompttune's openai backend reads them (a start-up probe picks how: echoed prompt log-probs; a "
+                "walk through top-20 next-token log-probs, which scores multi-token labels; or, over "
+                "/v1/chat/completions, each label's first token in the answer's first-token top_logprobs)")
+        if method == "batch_calibration":
+            offsets = ", ".join(f"{w} {b:+.4f}" for w, b in zip(spec.label_words, spec.label_bias))
+            read += (f"; normalised over the labels, less the shipped offsets ({offsets}), as batch calibration "
+                     "did in the run")
+        elif method == "contextual_calibration":
+            read += ("; normalised over the labels and divided by the prompt's bias: the mean normalised label "
+                     "probabilities over the content-free inputs 'N/A', '' and '[MASK]', scored once per server on "
+                     "first use (contextual calibration, as in the run)")
+        read += "; the label is the largest."
+    scored = contract["scored_with"]
+    where = ([] if scored["backend"] == "openai" else
+             [f"The run scored in process ({scored['backend']} backend): a server running the same model gives its "
+              "labels up to that server's numerics."])
+    contract_text = (f"Serving contract: {contract['serve']}. The rendered prompt (demos included), each input in "
+                     f"its place, goes to {endpoint}; {read} Over /v1/chat/completions a label whose first token "
+                     "is not in the answer's top_logprobs, or two labels sharing one, raises ContractError, as the "
+                     "run refused them; a server giving no log-probs raises it for label scoring.")
+    usage = (f"    from {name} import classify\n"
+             f'    classify({{{example}}}, base_url="http://127.0.0.1:8000/v1")  # a label word\n'
+             f"    python {name}.py --base-url URL < inputs.jsonl  # one {{\"label\": ...}} line per input\n")
+    text = (f"Classifier exported by prompttune from {contract['source_run']} (task {contract['task']}): the "
+            "shipped prompt, served exactly as the run's verdict scored it.\n\n" + usage + "\n"
+            + "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in [contract_text, *where, (
+                "The server defaults to $PROMPTTUNE_BASE_URL, else the run's; the model to the run's, else the "
+                "server's only one. Standard library only.")]) + "\n")
+    return '"""' + text.replace("\\", "\\\\").replace('"""', '\\"""') + '"""\n'
+
+
+def python_module(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path, name: str) -> str:
+    """The source of `classifier.py`: served_classifier.py's code with its contract and extraction filled in."""
+    contract = python_contract(spec, demos, config, run_dir)
+    body = (Path(__file__).with_name("served_classifier.py").read_text(encoding="utf-8")).split('"""', 2)[2]
+    extraction_code = (f"FINAL_ANSWER = re.compile({extraction.FINAL_ANSWER.pattern!r}, re.IGNORECASE)\n\n\n"
+                       + inspect.getsource(extraction.extract_label))
+    body = body.replace(_EXTRACTION_IMPORT, extraction_code, 1)
+    body = body.replace(_EMPTY_CONTRACT, "CONTRACT: dict[str, Any] = " + pprint.pformat(
+        contract, width=110, sort_dicts=False) + "\n", 1)
+    return _module_docstring(contract, spec, name) + body
+
+
+_EXTRACTION_IMPORT = ("from prompttune.evaluation.extraction import extract_label  "
+                      "# replaced by that code on export\n")
+_EMPTY_CONTRACT = "CONTRACT: dict[str, Any] = {}  # replaced by the run's contract on export\n"
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> list[Path]:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return [path]
@@ -344,4 +485,7 @@ def export(run_dir: Path, to: str, out: Path) -> list[Path]:
         return _write_json(out / "prompt.json", as_json(spec, demos, config, run_dir))
     if to == "openai-chat":
         return _write_json(out / "prompt.openai-chat.json", as_openai_chat(spec, demos, config, run_dir))
+    if to == "python":
+        (out / "classifier.py").write_text(python_module(spec, demos, config, run_dir, "classifier"), encoding="utf-8")
+        return [out / "classifier.py"]
     return write_dspy(spec, demos, config, run_dir, out)
