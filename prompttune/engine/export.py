@@ -12,6 +12,16 @@
   winning instruction and demos, a loader (`from program import load`), and `PromptAdapter`,
   which sends the confirmed prompt's messages instead of DSPy's own format and reads the label
   from the answer as prompttune does; program.py's docstring says what DSPy does not reproduce.
+  Only for a prompt the verdict scored by generation: DSPy reads generated text, so a run that
+  read label log-probabilities (with or without offsets) is refused in one line.
+- `python` (classifier.py): one standard-library module, `classify(text_fields) -> label`, that
+  calls an OpenAI-compatible server exactly as the verdict scored (`served_classifier.py` is its
+  code; the run's prompt, label words, offsets or token limit fill in its CONTRACT).
+
+Every export states the serving contract (`serving_contract`: logprobs, generate or choice);
+openai-chat also carries the request parameters the verdict's reading needs, a paragraph on
+applying them, and, under `choice`, the choice list with `logit_bias` values where they
+reproduce the offsets exactly.
 
 A shipped prompt that carries `calibrate` (contextual calibration of the label scores) says so in
 every format: text writes calibration.txt beside prompt.txt, json and openai-chat hold a
@@ -63,6 +73,10 @@ def serving_contract(config: RunConfig) -> Contract:
     return "generate" if config.scoring == "generate" else "logprobs"
 
 
+OFFSETS = {"label_logprobs": "", "batch_calibration": " less batch-calibration offsets",
+           "contextual_calibration": " with contextual calibration"}
+
+
 def prediction(spec: PromptSpec, config: RunConfig) -> str:
     """How the verdict turned the model's output into this prompt's label: generation (the contract,
     or a CoT prompt), or label log-probabilities raw or less the shipped offsets."""
@@ -95,12 +109,11 @@ def calibrated(spec: PromptSpec, config: RunConfig) -> bool:
     """Whether the run predicted this prompt calibrated: contextually by the run's scoring, or under
     logit scoring by the spec's own choice, contextual or batch (CoT prompts answer by generation:
     no label scores)."""
-    return not spec.cot and (config.scoring == "calibrated" or
-                             (config.scoring == "logit" and (spec.calibrate or bool(spec.label_bias))))
+    return prediction(spec, config) in ("contextual_calibration", "batch_calibration")
 
 
 def batch_calibrated(spec: PromptSpec, config: RunConfig) -> bool:
-    return calibrated(spec, config) and config.scoring == "logit" and not spec.calibrate
+    return prediction(spec, config) == "batch_calibration"
 
 
 def as_text(prompt: Prompt) -> str:
@@ -119,7 +132,7 @@ def _shape(prompt: Prompt) -> dict[str, Any]:
 
 def answer(spec: PromptSpec, config: RunConfig, prompt: Prompt) -> dict[str, Any]:
     """How the run read a label from the model: generation with extraction, or label scores."""
-    if spec.cot or config.scoring == "generate":
+    if prediction(spec, config) == "generation":
         after = " after the last 'Final answer'" if spec.cot else ""
         return {"method": "generation", "cot": spec.cot,
                 "max_new_tokens": COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS,
@@ -160,7 +173,8 @@ def calibration(spec: PromptSpec, config: RunConfig, demos: list[Example],
 def as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     prompt = template(spec, demos)
     return {"format": FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task, "model": config.model,
-            "scoring": config.scoring, "input_fields": input_fields(spec), "template": _shape(prompt),
+            "scoring": config.scoring, "serve": serving_contract(config), "input_fields": input_fields(spec),
+            "template": _shape(prompt),
             "label_words": list(spec.label_words), "continuations": list(prompt.label_continuations),
             "answer": answer(spec, config, prompt), "calibrate": calibrated(spec, config),
             "calibration": calibration(spec, config, demos, _shape),
@@ -181,8 +195,12 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
     prompt = template(spec, demos)
     scored_with = {"backend": config.backend, "api": config.api if config.backend == "openai" else None,
                    "scoring": config.scoring}
+    contract = serving_contract(config)
+    served = {"serve": contract, "request": request_parameters(spec, config), "how_to_apply": how_to_apply(spec, config)}
+    if contract == "choice":
+        served["choice"] = choice_block(spec, config)
     return {"format": OPENAI_CHAT_FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task,
-            "model": config.model, "scored_with": scored_with,
+            "model": config.model, "scored_with": scored_with, **served,
             "input_fields": input_fields(spec), "chat": prompt.messages is not None,
             "messages": _chat_messages(prompt), "assistant_prefix": prompt.assistant_prefix,
             "label_words": list(spec.label_words), "answer": answer(spec, config, prompt),
@@ -190,6 +208,63 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
             "calibration": calibration(spec, config, demos, lambda p: {"messages": _chat_messages(p),
                                                                        "assistant_prefix": p.assistant_prefix}),
             "demo_ids": list(spec.demo_ids)}
+
+
+def request_parameters(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
+    """What a chat-completions body carries besides `model` and `messages` to be read as the verdict was:
+    greedy generation at the pinned token limit, or one answer token with its top log-probs."""
+    if prediction(spec, config) == "generation":
+        return {"temperature": 0.0, "max_tokens": COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS}
+    return {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": chat.TOP_LOGPROBS[0]}
+
+
+def how_to_apply(spec: PromptSpec, config: RunConfig) -> str:
+    """One paragraph: from the messages to the label the verdict would give, under the run's contract."""
+    method = prediction(spec, config)
+    send = ("Send `messages` with each `{field}` replaced by its input (one pass, by plain replacement) and the "
+            "`assistant_prefix` as `answer` says, adding `request` to the body. ")
+    if method == "generation":
+        after = " after the last 'Final answer'" if spec.cot else ""
+        return (send + f"The label is the one label word the answer contains{after} as a whole word, ignoring case; "
+                "an answer with none or several is invalid, and the verdict counted it wrong. The token limit and "
+                "greedy decoding are part of what the test confirmed; apply no offsets.")
+    offsets = {"label_logprobs": "The run applied no offsets: the label is the largest score.",
+               "batch_calibration": "Then apply the offsets: from each score subtract the log-sum-exp of all the "
+                                    "labels' scores (normalise), subtract `calibration.bias` (one value per label "
+                                    "word, in order), and take the largest.",
+               "contextual_calibration": "Then calibrate: score each of `calibration.content_free_prompts` once "
+                                         "the same way; the bias is the mean of their label probabilities, each "
+                                         "normalised over the labels; divide each input's normalised label "
+                                         "probabilities by it and take the largest."}[method]
+    return (send + "Each label word's score is the log-prob of its first token in the answer's first-token "
+            "`top_logprobs`; where a label's first token is not listed, or two labels share one, no exact score "
+            "exists: refuse the input, as the run refused it. " + offsets + " A run scored over /v1/completions "
+            "read multi-token labels whole; `prompttune export --to python` writes a module that reads them as the "
+            "run did, over either endpoint.")
+
+
+def choice_block(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
+    """For constrained decoding (vLLM guided choice, a JSON-schema enum, a llama.cpp grammar): the choice list,
+    and `logit_bias` values that reproduce the shipped offsets, given only where they do so exactly: every
+    label one token, no two alike, and offsets fixed in the prompt (batch calibration: the argmax of logit +
+    logit_bias over the labels is the argmax of the normalised log-probs less the offsets)."""
+    block: dict[str, Any] = {"choices": list(spec.label_words),
+                             "json_schema": {"type": "string", "enum": list(spec.label_words)}}
+    method = prediction(spec, config)
+    if method == "label_logprobs":
+        return block | {"logit_bias": {}, "logit_bias_note": "no offsets: the label is the likeliest choice"}
+    if method != "batch_calibration":
+        return block | {"logit_bias": None, "logit_bias_note": f"label log-probabilities{OFFSETS[method]}: the "
+                                                               "bias is measured per server, so no fixed logit_bias "
+                                                               "value reproduces it"}
+    tokenizer = run_tokenizer(config)
+    ids = [tokenizer(word, add_special_tokens=False).input_ids for word in spec.label_words] if tokenizer else []
+    if not ids or any(len(i) != 1 for i in ids) or len({i[0] for i in ids}) < len(ids):
+        return block | {"logit_bias": None, "logit_bias_note": "the offsets are exact as logit_bias only where "
+                                                               "every label word is one token of its own"}
+    return block | {"logit_bias": {str(i[0]): -bias for i, bias in zip(ids, spec.label_bias)},
+                    "logit_bias_note": "token id -> minus the label's offset; add it to a constrained request, "
+                                       "whose greedy choice is then the run's label"}
 
 
 def write_calibration_note(spec: PromptSpec, config: RunConfig, demos: list[Example], out: Path) -> Path:
@@ -285,28 +360,24 @@ def load(path: str | Path = Path(__file__).with_name("program.json")) -> dspy.Pr
 '''
 
 
-def _dspy_drops(spec: PromptSpec, config: RunConfig) -> str:
+def _dspy_drops() -> str:
     """program.py's plain statement of what DSPy loses from the run's prompt and reading."""
     drops = ["- The messages are those prompttune's --api chat sends to a server that does not continue an "
              "assistant message: a text prompt is one user message (the model's chat template wraps it), and an "
              "assistant prefix ends the last message after a newline. A run scored over /v1/completions or in "
-             "process saw the text itself, or the prefix inside the assistant turn."]
-    if not (spec.cot or config.scoring == "generate"):
-        drops.append(f"- The run read labels from label log-probabilities; DSPy reads them from up to "
-                     f"{MAX_NEW_TOKENS} generated tokens, so a prediction differs where the answer does not name "
-                     "the likeliest label (with --scoring generate they are the run's own).")
-    if calibrated(spec, config):
-        drops.append("- The shipped prompt is calibrated (its label scores adjusted); a generated "
-                     "answer has no label scores, so DSPy applies no calibration (prompt.json's or "
-                     "prompt.openai-chat.json's `calibration` block says how to).")
-    drops.append("- DSPy optimizers that change the instruction or demos cannot change what PromptAdapter sends: it "
-                 "refuses a program whose instruction or demo count differs from the export.")
+             "process saw the text itself, or the prefix inside the assistant turn.",
+             "- DSPy optimizers that change the instruction or demos cannot change what PromptAdapter sends: it "
+             "refuses a program whose instruction or demo count differs from the export."]
     return "\n".join(textwrap.fill(drop, 100, subsequent_indent="  ") for drop in drops)
 
 
 def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path, out: Path) -> list[Path]:
     from prompttune.dspy_bridge import require_dspy
 
+    if prediction(spec, config) != "generation":
+        raise UserError(f"export --to dspy: DSPy reads the label from generated text, so it cannot run this contract "
+                        f"({serving_contract(config)}: label log-probabilities{OFFSETS[prediction(spec, config)]}); "
+                        "use --to python (a module that scores as the run did) or --to openai-chat")
     require_dspy("export --to dspy")
     from prompttune.dspy_bridge.program import ProgramMapping
 
@@ -321,7 +392,7 @@ def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_di
         instructions=program.signature.instructions, n_demos=len(demos),
         max_new_tokens=COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS, cot=spec.cot,
         final_answer=extraction.FINAL_ANSWER.pattern,
-        extract_label=inspect.getsource(extraction.extract_label), drops=_dspy_drops(spec, config)))
+        extract_label=inspect.getsource(extraction.extract_label), drops=_dspy_drops()))
     return [out / "program.json", out / "program.py"]
 
 
