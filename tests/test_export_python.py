@@ -107,12 +107,12 @@ def _served_run(tmp_path: Path, data_dir: Path, url: str, scoring: str, dev_size
     return result, rows
 
 
-def _reproduces(result, rows: list[dict], tmp_path: Path, url: str) -> list[str | None]:
+def _reproduces(result, rows: list[dict], tmp_path: Path, url: str) -> ModuleType:
     """The module exported for the shipped prompt, and for the dev winner (best_prompt.json naming it instead),
     gives each one's label in the run's test records on every example, so its test accuracy."""
     verdict, test = result.verdict, {ex.id: ex for ex in task_of(result.config).splits["test"]}
     best = result.run_dir / "best_prompt.json"
-    shipped_labels: list[str | None] = []
+    modules = []
     checked = {verdict.shipped.id: (verdict.shipped, verdict.shipped_confirmation.best_accuracy)}
     checked.setdefault(verdict.dev_winner.id, (verdict.dev_winner, verdict.leader_confirmation.best_accuracy))
     for candidate, accuracy in checked.values():
@@ -124,16 +124,18 @@ def _reproduces(result, rows: list[dict], tmp_path: Path, url: str) -> list[str 
                           for row in rows]
         assert sum(label is not None and words.index(label) == row["gold"]
                    for label, row in zip(labels, rows)) / len(rows) == accuracy
-        shipped_labels = shipped_labels or labels
-    return shipped_labels
+        modules.append(module)
+    return modules[0]
 
 
 @pytest.mark.integration
 def test_a_calibrated_logprobs_run_is_reproduced_by_its_module(
         tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
     result, rows = _served_run(tmp_path, data_dir, llama_server, "calibrated", dev_size=6, budget=12)
-    labels = _reproduces(result, rows, tmp_path, llama_server)
-    assert len(set(labels)) > 1
+    module = _reproduces(result, rows, tmp_path, llama_server)
+    # The offsets were in play: the prompt's bias over the content-free inputs is far from uniform.
+    assert module.CONTRACT["predict"] == "contextual_calibration"
+    assert max(abs(p - 0.5) for p in module._default.contextual_bias()) > 0.05
 
 
 @pytest.mark.integration
