@@ -12,15 +12,22 @@ from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
+import httpx
 import pytest
 from rich.console import Console
 
+from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
+from prompttune.engine import export as export_module
 from prompttune.engine.export import export
 from prompttune.engine.study import run_study
 from prompttune.evaluation import extraction
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.search_spaces import default_space
+from prompttune.search_spaces.prompt import render
 from tests.llama_server import llama_server  # noqa: F401  (session fixture)
 from tests.support import oracle_config, task_of
 
@@ -144,3 +151,36 @@ def test_a_generated_run_is_reproduced_by_its_module(tmp_path: Path, data_dir: P
     # checked on what ships.
     result, rows = _served_run(tmp_path, data_dir, llama_server, "generate", dev_size=4, budget=4)
     _reproduces(result, rows, tmp_path, llama_server)
+
+
+@pytest.mark.integration
+def test_a_choice_exports_logit_bias_that_gives_the_runs_label_under_a_llama_cpp_grammar(
+        tmp_path: Path, data_dir: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    monkeypatch.setattr(export_module, "serving_contract", lambda config: "choice")
+    config = oracle_config(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai", base_url=[llama_server],
+                           model=EMBEDDED_MODEL, api="chat", train_size=16, dev_size=8, test_size=20)
+    test = task_of(config).splits["test"]
+    ids = [ex.id for ex in test]
+    backend = build_backend(config)
+    evaluator = Evaluator(backend, {ex.id: ex for ex in test}, {}, ResultCache(":memory:"), BudgetLedger())
+    spec = default_space(task_of(config)).default_candidate().spec
+    # Offsets that flip about half the raw labels, so the logit_bias has work to do.
+    margins = sorted(r.label_logprobs[1] - r.label_logprobs[0] for r in evaluator.evaluate(spec, ids))
+    spec = spec.with_updates(label_bias=(0.0, margins[len(margins) // 2]))
+    want = [spec.label_words[r.pred] for r in evaluator.evaluate(spec, ids)]  # as the run's verdict reads them
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(config.model_dump_json())
+    (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
+    choice = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())["choice"]
+    assert choice["logit_bias"], choice["logit_bias_note"]
+    grammar = "root ::= " + " | ".join(json.dumps(word) for word in choice["choices"])
+    got = []
+    for example in test:
+        body = {"model": backend.model, "messages": json.loads(backend.to_text(render(spec, example, []))),
+                "max_tokens": 3, "temperature": 0.0, "grammar": grammar, "logit_bias": choice["logit_bias"]}
+        got.append(httpx.post(f"{llama_server}/chat/completions", json=body, timeout=120).json()[
+            "choices"][0]["message"]["content"].strip())
+    backend.close()
+    assert got == want
+    assert len(set(want)) == 2
