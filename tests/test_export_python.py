@@ -158,15 +158,18 @@ def test_a_choice_exports_logit_bias_that_gives_the_runs_label_under_a_llama_cpp
         tmp_path: Path, data_dir: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     monkeypatch.setattr(export_module, "serving_contract", lambda config: "choice")
     config = oracle_config(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai", base_url=[llama_server],
-                           model=EMBEDDED_MODEL, api="chat", train_size=16, dev_size=8, test_size=20)
+                           model=EMBEDDED_MODEL, api="chat", train_size=16, dev_size=8, test_size=16)
     test = task_of(config).splits["test"]
     ids = [ex.id for ex in test]
     backend = build_backend(config)
     evaluator = Evaluator(backend, {ex.id: ex for ex in test}, {}, ResultCache(":memory:"), BudgetLedger())
     spec = default_space(task_of(config)).default_candidate().spec
-    # Offsets that flip about half the raw labels, so the logit_bias has work to do.
+    # Offsets that flip about half the raw labels, so the logit_bias has work to do: the middle of the widest gap
+    # between the labels' margins in the middle half, far from a tie (llama.cpp's logits are float32).
     margins = sorted(r.label_logprobs[1] - r.label_logprobs[0] for r in evaluator.evaluate(spec, ids))
-    spec = spec.with_updates(label_bias=(0.0, margins[len(margins) // 2]))
+    quarter = len(margins) // 4
+    low, high = max(zip(margins[quarter:-quarter], margins[quarter + 1:-quarter + 1]), key=lambda m: m[1] - m[0])
+    spec = spec.with_updates(label_bias=(0.0, (low + high) / 2))
     want = [spec.label_words[r.pred] for r in evaluator.evaluate(spec, ids)]  # as the run's verdict reads them
     run = tmp_path / "run"
     run.mkdir()
@@ -178,7 +181,7 @@ def test_a_choice_exports_logit_bias_that_gives_the_runs_label_under_a_llama_cpp
     got = []
     for example in test:
         body = {"model": backend.model, "messages": json.loads(backend.to_text(render(spec, example, []))),
-                "max_tokens": 3, "temperature": 0.0, "grammar": grammar, "logit_bias": choice["logit_bias"]}
+                "max_tokens": 1, "temperature": 0.0, "grammar": grammar, "logit_bias": choice["logit_bias"]}
         got.append(httpx.post(f"{llama_server}/chat/completions", json=body, timeout=120).json()[
             "choices"][0]["message"]["content"].strip())
     backend.close()
