@@ -194,7 +194,9 @@ def test_a_choice_export_carries_the_choices_and_logit_bias_only_where_exact(
     run, spec, _ = _run_dir(tmp_path)
     spec = spec.with_updates(label_words=label_words, label_bias=bias)
     (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
-    choice = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())["choice"]
+    data = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())
+    choice = data["choice"]
+    assert data["serve"] == "choice" and "`choice.logit_bias`" in data["how_to_apply"]
     assert choice["choices"] == list(label_words) and choice["json_schema"]["enum"] == list(label_words)
     if logit_bias == "one per label":
         tokenizer = export_module.run_tokenizer(read_run_config(run))

@@ -236,11 +236,14 @@ def how_to_apply(spec: PromptSpec, config: RunConfig) -> str:
                                          "the same way; the bias is the mean of their label probabilities, each "
                                          "normalised over the labels; divide each input's normalised label "
                                          "probabilities by it and take the largest."}[method]
+    constrained = (" Under constrained decoding (`choice`), send instead the server's choice constraint over "
+                   "`choice.choices` with `choice.logit_bias`, greedy, one label long: where `logit_bias` is not null "
+                   "its choice is the label above." if serving_contract(config) == "choice" else "")
     return (send + "Each label word's score is the log-prob of its first token in the answer's first-token "
             "`top_logprobs`; where a label's first token is not listed, or two labels share one, no exact score "
             "exists: refuse the input, as the run refused it. " + offsets + " A run scored over /v1/completions "
             "read multi-token labels whole; `prompttune export --to python` writes a module that reads them as the "
-            "run did, over either endpoint.")
+            "run did, over either endpoint." + constrained)
 
 
 def choice_block(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
