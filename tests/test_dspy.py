@@ -308,5 +308,5 @@ def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, 
     # One arm, fresh cache: every charged call reached the model; then baseline + winner on test.
     assert backend.calls == run.search.calls + run.confirm_calls
     assert run.confirmation.n == 20 and all(check.status != "failed" for check in result.checks)
-    written = export(run.run_dir, "dspy", tmp_path / "exported")
-    assert [p.name for p in written] == ["program.json", "program.py"]
+    with pytest.raises(UserError, match="DSPy reads the label from generated text, so it cannot run this contract"):
+        export(run.run_dir, "dspy", tmp_path / "exported")  # the verdict read label log-probabilities

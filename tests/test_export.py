@@ -18,6 +18,7 @@ from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_backend import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
+from prompttune.engine import export as export_module
 from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.engine.export import export
 from prompttune.engine.setup import read_run_config
@@ -72,7 +73,7 @@ def _load_program(path: Path) -> ModuleType:
 
 def test_dspy_export_loads_as_a_dspy_program(tmp_path: Path) -> None:
     pytest.importorskip("dspy")
-    run, spec, demos = _run_dir(tmp_path)
+    run, spec, demos = _run_dir(tmp_path, scoring="generate")
     program = _load_program(export(run, "dspy", tmp_path / "out")[1]).load()
     assert program.signature.instructions == spec.instruction.replace("{labels}", "red, green, blue")
     assert [d["text"] for d in program.demos] == [d.fields["text"] for d in demos]
@@ -109,7 +110,6 @@ def test_openai_chat_export_renders_as_the_run_prompt(tmp_path: Path, chat: bool
 
 
 def test_a_calibrated_prompt_says_so_in_every_export(tmp_path: Path) -> None:
-    pytest.importorskip("dspy")
     run, spec, demos = _chat_run_dir(tmp_path)
     out = tmp_path / "out"
     written = export(run, "text", out)
@@ -123,8 +123,9 @@ def test_a_calibrated_prompt_says_so_in_every_export(tmp_path: Path) -> None:
         assert len(block["content_free_prompts"]) == 3, name
     chat_probe = json.loads((out / "prompt.openai-chat.json").read_text())["calibration"]["content_free_prompts"][0]
     assert chat_probe["messages"][-1]["content"].endswith("Input: N/A")
-    program = export(run, "dspy", out)[1].read_text()
-    assert "The shipped prompt is calibrated" in program and "DSPy applies no calibration" in program
+    with pytest.raises(UserError, match=r"cannot run this contract \(logprobs: label log-probabilities with "
+                                         r"contextual calibration\); use --to python"):
+        export(run, "dspy", out)  # DSPy reads generated text: no label scores to calibrate
     run, _, _ = _run_dir(tmp_path / "plain")
     assert [p.name for p in export(run, "text", tmp_path / "plain-out")] == ["prompt.txt"]
     assert json.loads(export(run, "json", tmp_path / "plain-out")[0].read_text())["calibration"] is None
@@ -165,6 +166,44 @@ def test_a_shipped_prompt_exported_to_openai_chat_scores_its_test_accuracy_again
     assert evaluation.prompts[0].source == f"export {relative}"
     assert [r.pred for r in records] == [row["pred"][shipped] for row in rows]
     assert evaluation.settings[0].scores[0].accuracy == sum(row["pred"][shipped] == row["gold"] for row in rows) / len(rows)
+
+
+def test_the_openai_chat_export_carries_the_contract_and_the_request_that_reads_it(tmp_path: Path) -> None:
+    run, spec, _ = _run_dir(tmp_path)
+    spec = spec.with_updates(label_bias=(-0.5, -1.25, -1.75))
+    (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
+    data = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())
+    assert data["serve"] == "logprobs" and "choice" not in data
+    assert data["request"] == {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+    assert "subtract `calibration.bias`" in data["how_to_apply"] and "refuse the input" in data["how_to_apply"]
+    assert json.loads(export(run, "json", tmp_path / "out")[0].read_text())["serve"] == "logprobs"
+    generated, _, _ = _run_dir(tmp_path / "generated", scoring="generate")
+    data = json.loads(export(generated, "openai-chat", tmp_path / "generated-out")[0].read_text())
+    assert data["serve"] == "generate" and data["request"] == {"temperature": 0.0, "max_tokens": 16}
+    assert "apply no offsets" in data["how_to_apply"] and data["calibration"] is None
+
+
+@pytest.mark.parametrize("label_words,bias,logit_bias", [
+    (("red", "green", "blue"), (-0.5, -1.25, -1.75), "one per label"),
+    (("red", "green", "blue"), (), {}),
+    (("reddish", "greenish", "blueish"), (-0.5, -1.25, -1.75), None),  # several tokens each: not exact
+])
+def test_a_choice_export_carries_the_choices_and_logit_bias_only_where_exact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, label_words: tuple, bias: tuple, logit_bias: object) -> None:
+    monkeypatch.setattr(export_module, "serving_contract", lambda config: "choice")
+    run, spec, _ = _run_dir(tmp_path)
+    spec = spec.with_updates(label_words=label_words, label_bias=bias)
+    (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
+    data = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())
+    choice = data["choice"]
+    assert data["serve"] == "choice" and "`choice.logit_bias`" in data["how_to_apply"]
+    assert choice["choices"] == list(label_words) and choice["json_schema"]["enum"] == list(label_words)
+    if logit_bias == "one per label":
+        tokenizer = export_module.run_tokenizer(read_run_config(run))
+        ids = [str(tokenizer(word, add_special_tokens=False).input_ids[0]) for word in label_words]
+        assert choice["logit_bias"] == dict(zip(ids, [0.5, 1.25, 1.75]))
+    else:
+        assert choice["logit_bias"] == logit_bias and choice["logit_bias_note"]
 
 
 @pytest.mark.parametrize("entry,message", [

@@ -12,6 +12,16 @@
   winning instruction and demos, a loader (`from program import load`), and `PromptAdapter`,
   which sends the confirmed prompt's messages instead of DSPy's own format and reads the label
   from the answer as prompttune does; program.py's docstring says what DSPy does not reproduce.
+  Only for a prompt the verdict scored by generation: DSPy reads generated text, so a run that
+  read label log-probabilities (with or without offsets) is refused in one line.
+- `python` (classifier.py): one standard-library module, `classify(text_fields) -> label`, that
+  calls an OpenAI-compatible server exactly as the verdict scored (`served_classifier.py` is its
+  code; the run's prompt, label words, offsets or token limit fill in its CONTRACT).
+
+Every export states the serving contract (`serving_contract`: logprobs, generate or choice);
+openai-chat also carries the request parameters the verdict's reading needs, a paragraph on
+applying them, and, under `choice`, the choice list with `logit_bias` values where they
+reproduce the offsets exactly.
 
 A shipped prompt that carries `calibrate` (contextual calibration of the label scores) says so in
 every format: text writes calibration.txt beside prompt.txt, json and openai-chat hold a
@@ -27,11 +37,14 @@ from __future__ import annotations
 import inspect
 import json
 import pprint
+import re
 import textwrap
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from prompttune.backends import openai_chat as chat
+from prompttune.backends.base import apply_chat_template
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -45,7 +58,33 @@ from prompttune.evaluation.prompt_sources import OPENAI_CHAT_FORMAT
 from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"
-FORMATS = ("text", "json", "openai-chat", "dspy")
+FORMATS = ("text", "json", "openai-chat", "dspy", "python")
+PYTHON_FORMAT = "prompttune-python/1"
+Contract = Literal["logprobs", "generate", "choice"]
+_SLOT = re.compile("\x00([^\x00]*)\x00")  # an input field's place in a rendered template
+
+
+def serving_contract(config: RunConfig) -> Contract:
+    """How production serves the shipped prompt: the run's `serve`, or, for a run made before that
+    field existed, its scoring (`generate` → generate, else logprobs). Every export reads it here."""
+    declared = getattr(config, "serve", None)
+    if declared is not None:
+        return declared
+    return "generate" if config.scoring == "generate" else "logprobs"
+
+
+OFFSETS = {"label_logprobs": "", "batch_calibration": " less batch-calibration offsets",
+           "contextual_calibration": " with contextual calibration"}
+
+
+def prediction(spec: PromptSpec, config: RunConfig) -> str:
+    """How the verdict turned the model's output into this prompt's label: generation (the contract,
+    or a CoT prompt), or label log-probabilities raw or less the shipped offsets."""
+    if serving_contract(config) == "generate" or spec.cot:
+        return "generation"
+    if config.scoring == "calibrated" or spec.calibrate:
+        return "contextual_calibration"
+    return "batch_calibration" if spec.label_bias else "label_logprobs"
 
 
 def input_fields(spec: PromptSpec) -> list[str]:
@@ -70,12 +109,11 @@ def calibrated(spec: PromptSpec, config: RunConfig) -> bool:
     """Whether the run predicted this prompt calibrated: contextually by the run's scoring, or under
     logit scoring by the spec's own choice, contextual or batch (CoT prompts answer by generation:
     no label scores)."""
-    return not spec.cot and (config.scoring == "calibrated" or
-                             (config.scoring == "logit" and (spec.calibrate or bool(spec.label_bias))))
+    return prediction(spec, config) in ("contextual_calibration", "batch_calibration")
 
 
 def batch_calibrated(spec: PromptSpec, config: RunConfig) -> bool:
-    return calibrated(spec, config) and config.scoring == "logit" and not spec.calibrate
+    return prediction(spec, config) == "batch_calibration"
 
 
 def as_text(prompt: Prompt) -> str:
@@ -94,7 +132,7 @@ def _shape(prompt: Prompt) -> dict[str, Any]:
 
 def answer(spec: PromptSpec, config: RunConfig, prompt: Prompt) -> dict[str, Any]:
     """How the run read a label from the model: generation with extraction, or label scores."""
-    if spec.cot or config.scoring == "generate":
+    if prediction(spec, config) == "generation":
         after = " after the last 'Final answer'" if spec.cot else ""
         return {"method": "generation", "cot": spec.cot,
                 "max_new_tokens": COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS,
@@ -135,7 +173,8 @@ def calibration(spec: PromptSpec, config: RunConfig, demos: list[Example],
 def as_json(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path | None) -> dict[str, Any]:
     prompt = template(spec, demos)
     return {"format": FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task, "model": config.model,
-            "scoring": config.scoring, "input_fields": input_fields(spec), "template": _shape(prompt),
+            "scoring": config.scoring, "serve": serving_contract(config), "input_fields": input_fields(spec),
+            "template": _shape(prompt),
             "label_words": list(spec.label_words), "continuations": list(prompt.label_continuations),
             "answer": answer(spec, config, prompt), "calibrate": calibrated(spec, config),
             "calibration": calibration(spec, config, demos, _shape),
@@ -156,8 +195,12 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
     prompt = template(spec, demos)
     scored_with = {"backend": config.backend, "api": config.api if config.backend == "openai" else None,
                    "scoring": config.scoring}
+    contract = serving_contract(config)
+    served = {"serve": contract, "request": request_parameters(spec, config), "how_to_apply": how_to_apply(spec, config)}
+    if contract == "choice":
+        served["choice"] = choice_block(spec, config)
     return {"format": OPENAI_CHAT_FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task,
-            "model": config.model, "scored_with": scored_with,
+            "model": config.model, "scored_with": scored_with, **served,
             "input_fields": input_fields(spec), "chat": prompt.messages is not None,
             "messages": _chat_messages(prompt), "assistant_prefix": prompt.assistant_prefix,
             "label_words": list(spec.label_words), "answer": answer(spec, config, prompt),
@@ -165,6 +208,66 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
             "calibration": calibration(spec, config, demos, lambda p: {"messages": _chat_messages(p),
                                                                        "assistant_prefix": p.assistant_prefix}),
             "demo_ids": list(spec.demo_ids)}
+
+
+def request_parameters(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
+    """What a chat-completions body carries besides `model` and `messages` to be read as the verdict was:
+    greedy generation at the pinned token limit, or one answer token with its top log-probs."""
+    if prediction(spec, config) == "generation":
+        return {"temperature": 0.0, "max_tokens": COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS}
+    return {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": chat.TOP_LOGPROBS[0]}
+
+
+def how_to_apply(spec: PromptSpec, config: RunConfig) -> str:
+    """One paragraph: from the messages to the label the verdict would give, under the run's contract."""
+    method = prediction(spec, config)
+    send = ("Send `messages` with each `{field}` replaced by its input (one pass, by plain replacement) and the "
+            "`assistant_prefix` as `answer` says, adding `request` to the body. ")
+    if method == "generation":
+        after = " after the last 'Final answer'" if spec.cot else ""
+        return (send + f"The label is the one label word the answer contains{after} as a whole word, ignoring case; "
+                "an answer with none or several is invalid, and the verdict counted it wrong. The token limit and "
+                "greedy decoding are part of what the test confirmed; apply no offsets.")
+    offsets = {"label_logprobs": "The run applied no offsets: the label is the largest score.",
+               "batch_calibration": "Then apply the offsets: from each score subtract the log-sum-exp of all the "
+                                    "labels' scores (normalise), subtract `calibration.bias` (one value per label "
+                                    "word, in order), and take the largest.",
+               "contextual_calibration": "Then calibrate: score each of `calibration.content_free_prompts` once "
+                                         "the same way; the bias is the mean of their label probabilities, each "
+                                         "normalised over the labels; divide each input's normalised label "
+                                         "probabilities by it and take the largest."}[method]
+    constrained = (" Under constrained decoding (`choice`), send instead the server's choice constraint over "
+                   "`choice.choices` with `choice.logit_bias`, greedy, one label long: where `logit_bias` is not null "
+                   "its choice is the label above." if serving_contract(config) == "choice" else "")
+    return (send + "Each label word's score is the log-prob of its first token in the answer's first-token "
+            "`top_logprobs`; where a label's first token is not listed, or two labels share one, no exact score "
+            "exists: refuse the input, as the run refused it. " + offsets + " A run scored over /v1/completions "
+            "read multi-token labels whole; `prompttune export --to python` writes a module that reads them as the "
+            "run did, over either endpoint." + constrained)
+
+
+def choice_block(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
+    """For constrained decoding (vLLM guided choice, a JSON-schema enum, a llama.cpp grammar): the choice list,
+    and `logit_bias` values that reproduce the shipped offsets, given only where they do so exactly: every
+    label one token, no two alike, and offsets fixed in the prompt (batch calibration: the argmax of logit +
+    logit_bias over the labels is the argmax of the normalised log-probs less the offsets)."""
+    block: dict[str, Any] = {"choices": list(spec.label_words),
+                             "json_schema": {"type": "string", "enum": list(spec.label_words)}}
+    method = prediction(spec, config)
+    if method == "label_logprobs":
+        return block | {"logit_bias": {}, "logit_bias_note": "no offsets: the label is the likeliest choice"}
+    if method != "batch_calibration":
+        return block | {"logit_bias": None, "logit_bias_note": f"label log-probabilities{OFFSETS[method]}: the "
+                                                               "bias is measured per server, so no fixed logit_bias "
+                                                               "value reproduces it"}
+    tokenizer = run_tokenizer(config)
+    ids = [tokenizer(word, add_special_tokens=False).input_ids for word in spec.label_words] if tokenizer else []
+    if not ids or any(len(i) != 1 for i in ids) or len({i[0] for i in ids}) < len(ids):
+        return block | {"logit_bias": None, "logit_bias_note": "the offsets are exact as logit_bias only where "
+                                                               "every label word is one token of its own"}
+    return block | {"logit_bias": {str(i[0]): -bias for i, bias in zip(ids, spec.label_bias)},
+                    "logit_bias_note": "token id -> minus the label's offset; add it to a constrained request, "
+                                       "whose greedy choice is then the run's label"}
 
 
 def write_calibration_note(spec: PromptSpec, config: RunConfig, demos: list[Example], out: Path) -> Path:
@@ -260,28 +363,24 @@ def load(path: str | Path = Path(__file__).with_name("program.json")) -> dspy.Pr
 '''
 
 
-def _dspy_drops(spec: PromptSpec, config: RunConfig) -> str:
+def _dspy_drops() -> str:
     """program.py's plain statement of what DSPy loses from the run's prompt and reading."""
     drops = ["- The messages are those prompttune's --api chat sends to a server that does not continue an "
              "assistant message: a text prompt is one user message (the model's chat template wraps it), and an "
              "assistant prefix ends the last message after a newline. A run scored over /v1/completions or in "
-             "process saw the text itself, or the prefix inside the assistant turn."]
-    if not (spec.cot or config.scoring == "generate"):
-        drops.append(f"- The run read labels from label log-probabilities; DSPy reads them from up to "
-                     f"{MAX_NEW_TOKENS} generated tokens, so a prediction differs where the answer does not name "
-                     "the likeliest label (with --scoring generate they are the run's own).")
-    if calibrated(spec, config):
-        drops.append("- The shipped prompt is calibrated (its label scores adjusted); a generated "
-                     "answer has no label scores, so DSPy applies no calibration (prompt.json's or "
-                     "prompt.openai-chat.json's `calibration` block says how to).")
-    drops.append("- DSPy optimizers that change the instruction or demos cannot change what PromptAdapter sends: it "
-                 "refuses a program whose instruction or demo count differs from the export.")
+             "process saw the text itself, or the prefix inside the assistant turn.",
+             "- DSPy optimizers that change the instruction or demos cannot change what PromptAdapter sends: it "
+             "refuses a program whose instruction or demo count differs from the export."]
     return "\n".join(textwrap.fill(drop, 100, subsequent_indent="  ") for drop in drops)
 
 
 def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path, out: Path) -> list[Path]:
     from prompttune.dspy_bridge import require_dspy
 
+    if prediction(spec, config) != "generation":
+        raise UserError(f"export --to dspy: DSPy reads the label from generated text, so it cannot run this contract "
+                        f"({serving_contract(config)}: label log-probabilities{OFFSETS[prediction(spec, config)]}); "
+                        "use --to python (a module that scores as the run did) or --to openai-chat")
     require_dspy("export --to dspy")
     from prompttune.dspy_bridge.program import ProgramMapping
 
@@ -296,7 +395,7 @@ def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_di
         instructions=program.signature.instructions, n_demos=len(demos),
         max_new_tokens=COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS, cot=spec.cot,
         final_answer=extraction.FINAL_ANSWER.pattern,
-        extract_label=inspect.getsource(extraction.extract_label), drops=_dspy_drops(spec, config)))
+        extract_label=inspect.getsource(extraction.extract_label), drops=_dspy_drops()))
     return [out / "program.json", out / "program.py"]
 
 
@@ -322,6 +421,122 @@ def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
     return [train[i] for i in spec.demo_ids]
 
 
+def _slotted(spec: PromptSpec, demos: list[Example]) -> Prompt:
+    """The prompt rendered with a marker in each input's place, which `_segments` splits at."""
+    return _filled(spec, demos, {name: f"\x00{name}\x00" for name in input_fields(spec)})
+
+
+def _segments(text: str) -> list[list[str]]:
+    """Marked text as `["text", literal]` and `["field", name]` parts, filled in one pass by the module."""
+    parts = _SLOT.split(text)
+    return [["field", part] if i % 2 else ["text", part] for i, part in enumerate(parts) if i % 2 or part]
+
+
+def run_tokenizer(config: RunConfig) -> Any:
+    """The tokenizer the run's backend rendered chat prompts and found labels' first tokens with (None
+    where it had none: a server of another model, reached without --tokenizer)."""
+    from prompttune.backends.openai_backend import embedded_tokenizer_if_served, load_tokenizer
+    from prompttune.backends.transformers_backend import embedded_model_path
+
+    if config.tokenizer:
+        return load_tokenizer(config.tokenizer)
+    if config.model.startswith("embedded:"):
+        return embedded_tokenizer_if_served(str(embedded_model_path()))
+    if config.backend == "openai":
+        return embedded_tokenizer_if_served(config.model)
+    return load_tokenizer(config.model)
+
+
+def python_contract(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """What the exported module needs to score as the verdict did: the prompt for either endpoint (input slots
+    marked), the label continuations and their first tokens, and how a label is read from the server."""
+    prompt = _slotted(spec, demos)
+    method = prediction(spec, config)
+    over_chat = not (config.backend == "openai" and config.api == "completions")
+    tokenizer = run_tokenizer(config) if prompt.messages is not None or (over_chat and method != "generation") else None
+    if prompt.messages is None:
+        completions_text: list[list[str]] | None = _segments(prompt.text or "")
+    else:
+        completions_text = _segments(apply_chat_template(tokenizer, prompt)) if tokenizer is not None else None
+    labels = sorted({form for c in prompt.label_continuations for form in (c, c.lstrip())})
+    firsts = dict(zip(labels, chat.first_tokens(tokenizer, labels))) if tokenizer is not None else None
+    return {"format": PYTHON_FORMAT, "source_run": str(run_dir), "task": config.task,
+            "serve": serving_contract(config), "predict": method, "cot": spec.cot,
+            "model": None if config.model.startswith("embedded:") else config.model,
+            "scored_with": {"backend": config.backend, "api": config.api if config.backend == "openai" else None},
+            "base_url": config.base_url[0] if config.backend == "openai" and config.base_url else None,
+            "api": config.api if config.backend == "openai" else "auto", "api_key_env": config.api_key_env,
+            "input_fields": input_fields(spec), "label_words": list(spec.label_words),
+            "continuations": list(prompt.label_continuations), "text_prompt": prompt.messages is None,
+            "completions_text": completions_text,
+            "messages": [{"role": m["role"], "content": _segments(m["content"])} for m in _chat_messages(prompt)],
+            "assistant_prefix": prompt.assistant_prefix, "first_tokens": firsts,
+            "max_tokens": (COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS) if method == "generation" else None,
+            "label_bias": list(spec.label_bias) if method == "batch_calibration" else None,
+            "content_free_inputs": list(CONTENT_FREE) if method == "contextual_calibration" else []}
+
+
+def _module_docstring(contract: dict[str, Any], spec: PromptSpec, name: str) -> str:
+    """The exported module's statement of its contract: what it sends, how it reads the label, when it refuses."""
+    method = contract["predict"]
+    example = ", ".join(f'"{name}": "..."' for name in contract["input_fields"])
+    endpoint = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}.get(
+        contract["api"], "/v1/completions where the server offers it, else /v1/chat/completions (the run's --api auto)")
+    if method == "generation":
+        after = " after the last 'Final answer'" if spec.cot else ""
+        read = (f"the server answers greedily (temperature 0, at most {contract['max_tokens']} tokens) and the label "
+                f"is the one label word found{after} as a whole word, ignoring case; an answer naming none or "
+                "several gives None, which the run's verdict counted wrong.")
+    else:
+        read = ("each label's log-probability right after the prompt comes from the server's log-probs as "
+                "prompttune's openai backend reads them (a start-up probe picks how: echoed prompt log-probs; a "
+                "walk through top-20 next-token log-probs, which scores multi-token labels; or, over "
+                "/v1/chat/completions, each label's first token in the answer's first-token top_logprobs)")
+        if method == "batch_calibration":
+            offsets = ", ".join(f"{w} {b:+.4f}" for w, b in zip(spec.label_words, spec.label_bias))
+            read += (f"; normalised over the labels, less the shipped offsets ({offsets}), as batch calibration "
+                     "did in the run")
+        elif method == "contextual_calibration":
+            read += ("; normalised over the labels and divided by the prompt's bias: the mean normalised label "
+                     "probabilities over the content-free inputs 'N/A', '' and '[MASK]', scored once per server on "
+                     "first use (contextual calibration, as in the run)")
+        read += "; the label is the largest."
+    scored = contract["scored_with"]
+    where = ([] if scored["backend"] == "openai" else
+             [f"The run scored in process ({scored['backend']} backend): a server running the same model gives its "
+              "labels up to that server's numerics."])
+    contract_text = (f"Serving contract: {contract['serve']}. The rendered prompt (demos included), each input in "
+                     f"its place, goes to {endpoint}; {read} Over /v1/chat/completions a label whose first token "
+                     "is not in the answer's top_logprobs, or two labels sharing one, raises ContractError, as the "
+                     "run refused them; a server giving no log-probs raises it for label scoring.")
+    usage = (f"    from {name} import classify\n"
+             f'    classify({{{example}}}, base_url="http://127.0.0.1:8000/v1")  # a label word\n'
+             f"    python {name}.py --base-url URL < inputs.jsonl  # one {{\"label\": ...}} line per input\n")
+    text = (f"Classifier exported by prompttune from {contract['source_run']} (task {contract['task']}): the "
+            "shipped prompt, served exactly as the run's verdict scored it.\n\n" + usage + "\n"
+            + "\n\n".join(textwrap.fill(paragraph, 100) for paragraph in [contract_text, *where, (
+                "The server defaults to $PROMPTTUNE_BASE_URL, else the run's; the model to the run's, else the "
+                "server's only one. Standard library only.")]) + "\n")
+    return '"""' + text.replace("\\", "\\\\").replace('"""', '\\"""') + '"""\n'
+
+
+def python_module(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path, name: str) -> str:
+    """The source of `classifier.py`: served_classifier.py's code with its contract and extraction filled in."""
+    contract = python_contract(spec, demos, config, run_dir)
+    body = (Path(__file__).with_name("served_classifier.py").read_text(encoding="utf-8")).split('"""', 2)[2]
+    extraction_code = (f"FINAL_ANSWER = re.compile({extraction.FINAL_ANSWER.pattern!r}, re.IGNORECASE)\n\n\n"
+                       + inspect.getsource(extraction.extract_label))
+    body = body.replace(_EXTRACTION_IMPORT, extraction_code, 1)
+    body = body.replace(_EMPTY_CONTRACT, "CONTRACT: dict[str, Any] = " + pprint.pformat(
+        contract, width=110, sort_dicts=False) + "\n", 1)
+    return _module_docstring(contract, spec, name) + body
+
+
+_EXTRACTION_IMPORT = ("from prompttune.evaluation.extraction import extract_label  "
+                      "# replaced by that code on export\n")
+_EMPTY_CONTRACT = "CONTRACT: dict[str, Any] = {}  # replaced by the run's contract on export\n"
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> list[Path]:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return [path]
@@ -344,4 +559,7 @@ def export(run_dir: Path, to: str, out: Path) -> list[Path]:
         return _write_json(out / "prompt.json", as_json(spec, demos, config, run_dir))
     if to == "openai-chat":
         return _write_json(out / "prompt.openai-chat.json", as_openai_chat(spec, demos, config, run_dir))
+    if to == "python":
+        (out / "classifier.py").write_text(python_module(spec, demos, config, run_dir, "classifier"), encoding="utf-8")
+        return [out / "classifier.py"]
     return write_dspy(spec, demos, config, run_dir, out)
