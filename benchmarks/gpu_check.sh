@@ -192,9 +192,9 @@ check() {
   local n=1024 gen_n=32 gen_tokens=16 rows=128 probe_n=512 c_budget=2000 d_budget=40000 sizes=()
   local limits=(40 50 25 55 95 180)
   if [[ $DEVICE == cpu ]]; then  # dry run: tiny sizes, and d cut on purpose to exercise partial progress
-    n=8 gen_n=2 gen_tokens=4 rows=8 probe_n=8 c_budget=60 d_budget=100000
+    n=4 gen_n=2 gen_tokens=4 rows=4 probe_n=4 c_budget=100 d_budget=100000
     sizes=(--train-size 40 --dev-size 20 --test-size 20)
-    limits=(120 120 120 180 240 60)
+    limits=(150 150 150 400 300 150)
   fi
   [[ -n ${GPU_CHECK_LIMITS:-} ]] && read -r -a limits <<<"$GPU_CHECK_LIMITS"
   local tp=(benchmarks/throughput.py --device "$DEVICE" --model "$MODEL" --n "$n" --batch-sizes "$rows")
