@@ -103,17 +103,19 @@ stage1() {
   echo "part 1 staged in $STAGE: $(du -sh "$STAGE" | cut -f1); run the check call now (the machine stays warm ~30 s)"
 }
 
-# step NAME LIMIT COMMAND...: run it under `timeout` (SIGINT first: optimize stops resumably and keeps
-# its trials), output appended to $OUT/NAME.log, status line to $WORK/steps.txt, summary rewritten.
+# step NAME LIMIT COMMAND...: run it under `timeout` (SIGINT first: optimize finishes the trial in
+# flight and tests the best candidate so far; KILL 25 s later), output appended to $OUT/NAME.log, status
+# line to $WORK/steps.txt, summary rewritten.
 step() {
   local name=$1 limit=$2 rc=0 start status
   shift 2
   start=$(date +%s%N)
   echo "== $(date -u +%T) $* (limit ${limit}s)" >>"$OUT/$name.log"
-  timeout -s INT -k 15 "$limit" "$@" >>"$OUT/$name.log" 2>&1 || rc=$?
+  timeout -s INT -k 25 "$limit" "$@" >>"$OUT/$name.log" 2>&1 || rc=$?
   case $rc in
     0) status=done ;;
     124) status=cut ;;
+    137) status=cut-killed ;;
     *) status=failed ;;
   esac
   local ms=$(( ($(date +%s%N) - start) / 1000000 ))
@@ -152,7 +154,10 @@ setup() {
       --implementation cp --platform manylinux2014_x86_64 --target "$site" "$PREP"/part2/whl/*.whl || return 1
     export PYTHONPATH=$PWD:$stubs
   else
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$PREP"/part2/whl/*.whl || return 1
+    # Should pip refuse there, a wheel is a zip of the installed layout: unpacked, it imports the same.
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$PREP"/part2/whl/*.whl ||
+      "$PY" -c 'import sys, zipfile; [zipfile.ZipFile(w).extractall(sys.argv[1]) for w in sys.argv[2:]]' \
+        "$site" "$PREP"/part2/whl/*.whl || return 1
     export PYTHONPATH=$PWD:$stubs:$site
   fi
   export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TQDM_DISABLE=1 PROMPTTUNE_DATA_DIR=$PREP/part2/data \
@@ -190,7 +195,7 @@ check() {
   setup >"$OUT/setup.log" 2>&1 || { summarize; cat "$OUT/setup.log"; exit 1; }
   export PYTHONPATH PYTHONUNBUFFERED HF_HUB_OFFLINE TQDM_DISABLE PROMPTTUNE_DATA_DIR PROMPTTUNE_CACHE_DIR
   local n=1024 gen_n=32 gen_tokens=16 rows=128 probe_n=512 c_budget=2000 d_budget=40000 sizes=()
-  local limits=(40 50 25 55 95 180)
+  local limits=(40 50 25 55 95 170)
   if [[ $DEVICE == cpu ]]; then  # dry run: tiny sizes, and d cut on purpose to exercise partial progress
     n=4 gen_n=2 gen_tokens=4 rows=4 probe_n=4 c_budget=100 d_budget=100000
     sizes=(--train-size 40 --dev-size 20 --test-size 20)
@@ -209,7 +214,7 @@ check() {
   step c_optimize_2k "${limits[4]}" "$PY" "${opt[@]}" --budget "$c_budget" --runs-dir "$WORK/runs/c"
   step d_optimize_40k "${limits[5]}" "$PY" "${opt[@]}" --budget "$d_budget" --runs-dir "$WORK/runs/d"
   # The two runs' logs (not their caches or HTML) as one file: $OUT brings back at most 8.
-  tar -czf "$OUT/runs.tar.gz" -C "$WORK/runs" --exclude=cache.sqlite --exclude='*.html' --exclude='*.png' .
+  tar -czf "$OUT/runs.tar.gz" -C "$WORK/runs" --exclude='cache.sqlite*' --exclude='*.html' --exclude='*.png' .
   cat "$OUT/summary.txt"
 }
 
