@@ -30,8 +30,8 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
                        help="HF id, local directory or .gguf file (default: the embedded SmolLM2-135M); "
                             "with --backend openai, the served model name")
     group.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default=DEFAULTS.dtype,
-                       help="weights' precision (transformers): auto is bf16 where the hardware runs it "
-                            "natively, else fp32 (fp16 on a GPU without bf16)")
+                       help="weights' precision (transformers): auto is fp32 on CUDA (faster and exact there), "
+                            "bf16 on a CPU that runs it natively, else fp32")
     group.add_argument("--device", default="cpu", help="cpu or cuda[:N] (transformers backend)")
     group.add_argument("--batch-size", type=int, default=32, help="rows per forward pass (transformers)")
     group.add_argument("--base-url", action="append", default=[], metavar="URL",

@@ -79,14 +79,24 @@ def check_model_source(model: str) -> None:
 
 
 def resolve_dtype(name: str, device: str) -> torch.dtype:
-    """bf16 where the hardware runs it natively (about 2x fp32 on AVX512-BF16 CPUs)."""
+    """`auto`: per device, the fastest dtype measured within 1e-2 nats of fp32's log-probs where it
+    matters (docs/speed.md). On CUDA that is fp32: on the H200 bf16 scored slower than fp32 and its
+    log-probs moved by more than the tolerance, so half precision buys nothing there. On CPUs that run
+    bf16 natively (AVX512-BF16) bf16, about 2x fp32; elsewhere fp32."""
     if name == "fp32":
         return torch.float32
     if name == "bf16":
         return torch.bfloat16
     if device.startswith("cuda"):
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
     return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+
+
+def reuse_by_default(dtype: torch.dtype, device: str) -> bool:
+    """Prefix reuse unless it is off by more than 1e-2 nats from the full-prompt path: half precision
+    on CUDA (docs/speed.md). In fp32 the two paths agree to rounding; CPU bf16 keeps reuse, which is
+    what makes it fast there (its distance is stated in docs/speed.md and docs/resume.md)."""
+    return not (device.startswith("cuda") and dtype in (torch.bfloat16, torch.float16))
 
 
 class _DropGgufDtypeAdvice(logging.Filter):
@@ -239,20 +249,20 @@ class TransformersBackend(TokenizerBackend):
         return cls(config.model, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
 
     def __init__(self, model: str = EMBEDDED_MODEL, dtype: str = "auto", device: str = "cpu",
-                 batch_size: int = 32, max_batch_tokens: int | None = None, prefix_reuse: bool = True,
+                 batch_size: int = 32, max_batch_tokens: int | None = None, prefix_reuse: bool | None = None,
                  threads: int | None = None) -> None:
         check_device(device)
         check_model_source(model)
         self.device = device
         self.batch_size = batch_size
         self.max_batch_tokens = max_batch_tokens or (2048 if device == "cpu" else 8192)
-        self.prefix_reuse = prefix_reuse
+        torch_dtype = resolve_dtype(dtype, device)
+        self.prefix_reuse = reuse_by_default(torch_dtype, device) if prefix_reuse is None else prefix_reuse
         self.prefix_memo_bytes = 256 * 2**20  # recent prefixes' key/value states kept across calls (0: none)
         self._prefixes: OrderedDict[tuple[int, ...], tuple[KV, int]] = OrderedDict()
         self.tokens_processed = 0  # tokens run through the model (not padding): the work done
         if threads or "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(threads or physical_cores())
-        torch_dtype = resolve_dtype(dtype, device)
         load_kwargs: dict = {}
         if model == EMBEDDED_MODEL:
             gguf = embedded_model_path()
