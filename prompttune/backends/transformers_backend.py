@@ -119,6 +119,15 @@ def without_gguf_dtype_advice() -> Iterator[None]:
         gguf_logger.removeFilter(drop)
 
 
+def _pick(values: torch.Tensor, at: list[tuple[int, ...]]) -> list[float]:
+    """The entries of `values` at the index tuples `at`, read in one gather and one device-to-host copy:
+    an `.item()` per entry would wait on the GPU once per label."""
+    if not at:
+        return []
+    index = torch.tensor(at, device=values.device).T
+    return values[tuple(index)].tolist()
+
+
 def _batches(order: Sequence[int], lengths: Sequence[int], batch_size: int, max_batch_tokens: int,
              prefix: int = 0) -> Iterator[list[int]]:
     """Length-sorted buckets so padding stays small; bounded by rows and by the tokens the rows
@@ -390,8 +399,9 @@ class TransformersBackend(TokenizerBackend):
         for batch in _batches(sorted(single, key=lengths.__getitem__), lengths, self.batch_size,
                               self.max_batch_tokens, prefix):
             last = self._forward_last([prompts[i] for i in batch], 1, kv)[:, -1, :]
-            for row, i in enumerate(batch):
-                logprobs[i][:] = [last[row, c[0]].item() for c in conts[i]]
+            picked = iter(_pick(last, [(row, c[0]) for row, i in enumerate(batch) for c in conts[i]]))
+            for i in batch:
+                logprobs[i][:] = [next(picked) for _ in conts[i]]
         multi_rows = [i for i in range(len(prompts)) if i not in set(single)]
         if self.continue_labels:
             for batch in _batches(sorted(multi_rows, key=lengths.__getitem__), lengths, self.batch_size,
@@ -409,10 +419,10 @@ class TransformersBackend(TokenizerBackend):
             pairs = [keys[b] for b in batch]
             keep = max(len(conts[i][j]) for i, j in pairs) + 1
             out = self._forward_last([prompts[i] + conts[i][j] for i, j in pairs], keep, kv)
-            for row, (i, j) in enumerate(pairs):
-                tokens = conts[i][j]
-                positions = range(keep - 1 - len(tokens), keep - 1)
-                logprobs[i][j] = sum(out[row, p, t].item() for p, t in zip(positions, tokens))
+            picked = iter(_pick(out, [(row, keep - 1 - len(conts[i][j]) + k, t) for row, (i, j) in enumerate(pairs)
+                                      for k, t in enumerate(conts[i][j])]))
+            for i, j in pairs:
+                logprobs[i][j] = sum(next(picked) for _ in conts[i][j])
 
     def _score_continuations(self, prompts: list[list[int]], conts: list[list[list[int]]], kv: KV | None,
                              logprobs: list[list[float]]) -> None:
@@ -425,9 +435,10 @@ class TransformersBackend(TokenizerBackend):
         first = torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
         cache, start = out[self._cache_arg], extra["position_ids"][:, -1:] + 1
         for j in range(max(len(c) for c in conts)):
-            for row, labels in enumerate(conts):
-                if j < len(labels) and labels[j]:  # an empty continuation keeps log-probability 0
-                    logprobs[row][j] = first[row, labels[j][0]].item()
+            # An empty continuation keeps log-probability 0.
+            heads = [row for row, labels in enumerate(conts) if j < len(labels) and labels[j]]
+            for row, value in zip(heads, _pick(first, [(row, conts[row][j][0]) for row in heads])):
+                logprobs[row][j] = value
             tails = [labels[j][:-1] if j < len(labels) else [] for labels in conts]
             longest = max(len(tail) for tail in tails)
             if not longest:
@@ -443,9 +454,10 @@ class TransformersBackend(TokenizerBackend):
                                     use_cache=True, **{self._cache_arg: cache}).logits
             cache.crop(-longest)  # back to the prompt (a negative count: every transformers reads it so)
             scores = torch.log_softmax(logits.float(), dim=-1)
-            for row, labels in enumerate(conts):
-                if j < len(labels):
-                    logprobs[row][j] += sum(scores[row, k, token].item() for k, token in enumerate(labels[j][1:]))
+            rows = [row for row, labels in enumerate(conts) if j < len(labels)]
+            picked = iter(_pick(scores, [(row, k, token) for row in rows for k, token in enumerate(conts[row][j][1:])]))
+            for row in rows:
+                logprobs[row][j] += sum(next(picked) for _ in conts[row][j][1:])
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [self._encode(r.text) for r in requests]
