@@ -29,7 +29,7 @@ from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.evaluation.cache import ResultCache
 from prompttune.reports.html.facts import run_status
-from tests.support import CountingBackend, oracle_config, oracle_for
+from tests.support import CountingBackend, comparison_outcome, oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -214,21 +214,6 @@ def test_a_signal_that_stops_at_once_marks_the_run_closes_its_cache_and_resume_f
     assert run_status(run_dir) == "finished"
 
 
-def _comparison_outcome(compare_dir: Path) -> dict:
-    """summary.json without what an interruption may change: paths, wall times, how many charged calls and
-    tokens a cache served rather than the model (a resumed arm's replayed calls are such hits) and the
-    fairness checks' free-text details."""
-    summary = json.loads((compare_dir / "summary.json").read_text())
-    for arm in summary["arms"]:
-        for run in arm["runs"]:
-            for key in ("run_dir", "wall_seconds", "shared_cache_hits_charged", "shared_cache_tokens_charged",
-                        "served_by_model"):
-                del run[key]
-            del run["search"]["calls_by_kind"]
-    summary["fairness"] = [(check["claim"], check["ok"]) for check in summary["fairness"]]
-    return summary
-
-
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_path: Path, monkeypatch, capsys,
                                                                           signum: signal.Signals) -> None:
@@ -274,7 +259,7 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
     # ... and every arm spent, chose and shipped exactly what it did uninterrupted.
     assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
         (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
-    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+    assert comparison_outcome(compare_dir) == comparison_outcome(whole.run_dir)
     assert main(["compare", "--resume", str(compare_dir)]) == 2
     assert main(["optimize", "--resume", str(compare_dir)]) == 2
     assert main(["compare", "--resume", str(whole.runs[0].run_dir)]) == 2
@@ -340,7 +325,7 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
     assert backend.calls == len(_cached_keys(whole.run_dir / "cache.sqlite") - paid)  # nothing paid twice
     assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
         (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
-    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+    assert comparison_outcome(compare_dir) == comparison_outcome(whole.run_dir)
 
 
 def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_path: Path) -> None:
