@@ -289,10 +289,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the worker processes in /proc (Linux)")
-def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["process", "ray"])
+def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_path: Path, executor: str) -> None:
     """`compare --jobs 2` stops as `--jobs 1` does: a first SIGINT, to the main process alone, stops every worker's
     arm after its trial in flight (interim report, resumable), and the comparison exits with code 130, no worker
-    left behind; `--resume` then ends as an uninterrupted comparison."""
+    left behind; `--resume` then ends as an uninterrupted comparison. With `--executor ray` the workers are Ray's
+    (a local Ray the comparison starts and shuts down), told through its stop flag."""
+    if executor == "ray":
+        pytest.importorskip("ray")
     config = oracle_config(tmp_path / "whole")
     whole = run_compare(config, ["random"], [0, 1, 2], {}, backend=oracle_for(config))
     folder = tmp_path / "stopped"
@@ -300,10 +304,11 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
     def one_arm_finished_another_midway() -> bool:  # two workers, three arm-seeds of five trials each
         arms = [a for a in folder.glob("runs/*-compare/arms/*") if a.is_dir()]
         running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
-        return len(arms) > len(running) and any(2 <= len(lines(a / "trials.jsonl")) <= 3 for a in running)
-    child = _signal_when(folder, ["compare", "random", "--jobs", "2", "--seeds", "3"], one_arm_finished_another_midway,
-                         signal.SIGINT)
-    signalled, processes = time.monotonic(), _processes_under(child.pid)  # two workers, a resource tracker
+        finished = [a for a in arms if (a / ARM_FILE).is_file()]  # not an arm whose first trial is still to come
+        return bool(finished) and any(2 <= len(lines(a / "trials.jsonl")) <= 3 for a in running)
+    child = _signal_when(folder, ["compare", "random", "--jobs", "2", "--seeds", "3", "--executor", executor],
+                         one_arm_finished_another_midway, signal.SIGINT)
+    signalled, processes = time.monotonic(), _processes_under(child.pid)  # two workers, a resource tracker (or Ray's)
     _, stderr = child.communicate(timeout=60)
     compare_dir = next(folder.glob("runs/*-compare"))
     assert child.returncode == 130 and time.monotonic() - signalled < 10, stderr  # a few seconds, on a busy machine
