@@ -181,7 +181,7 @@ class ArmJob:
     arm: str
     seed: int
     arms_dir: Path
-    cache: Path
+    open_cache: Callable[[], ResultCache]  # the comparison's shared cache, as this job's worker reaches it
     resume_dir: Path | None
     backend_factory: BackendFactory
     data: Task | None  # in-memory data, drawn again per seed
@@ -206,11 +206,11 @@ def _run_job(job: ArmJob, stop: StopRequest) -> Path:
     (with arm.json) is the result."""
     if not job.arms_dir.is_dir():
         raise UserError(f"{job.arms_dir} is not on {socket.gethostname()}'s file system: a worker on another machine "
-                        f"needs the comparison's --runs-dir (and --cache) mounted at the same path")
+                        f"needs the comparison's --runs-dir mounted at the same path")
     drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
                                             job.data, check=False)
     backend = job.backend_factory(drawn)
-    shared = ResultCache(job.cache)
+    shared = job.open_cache()
     try:
         bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
                       Console(quiet=True), in_memory=job.data is not None)
@@ -357,13 +357,14 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 save_arm_run(run)
                 finished(run)
         else:
-            work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms",
-                           Path(config.cache or run_dir / "cache.sqlite"), earlier, backend_factory or build_backend,
-                           data)
-                    for arm, seed, earlier in todo]
             (run_dir / "arms").mkdir(exist_ok=True)  # a worker that does not see it runs on another file system
-            make_executor(executor, jobs).run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)),
-                                              progress, f"compare --resume {run_dir}")
+            with make_executor(executor, jobs) as workers:
+                open_cache = workers.cache_opener(Path(config.cache or run_dir / "cache.sqlite"))
+                work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
+                               earlier, backend_factory or build_backend, data)
+                        for arm, seed, earlier in todo]
+                workers.run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
+                            f"compare --resume {run_dir}")
         runs = [done[(arm, seed)] for arm in arms for seed in seeds]
         verdict_calls = _rescore_winners(benches, runs)
         equal_spend = _equal_spend(benches, runs, caps[0])

@@ -5,6 +5,11 @@ passed on through a small actor (the stop flag) that each task's search polls, s
 its trial in flight and writes its interim report, as in a local worker process. A second signal cancels the
 tasks by force (their worker processes are killed; what they paid for is in the shared cache). Ray reports a
 task's KeyboardInterrupt as a cancellation, so a task that stopped returns `Stopped` instead of raising.
+
+The comparison's SQLite cache keeps a write-ahead log that only processes on one machine may share, so tasks
+reach it through an actor on this process's machine (`CacheServer`) rather than opening the file; the run
+directory itself (each arm's trials, reports and arm.json) must be on a file system every node mounts at the
+same path.
 """
 
 from __future__ import annotations
@@ -13,15 +18,19 @@ import logging
 import signal
 import time
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterable
 
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import RunInterrupted
 from prompttune.engine.workers import Executor, FollowedStop, Item, WorkerTask, run_followed
+from prompttune.evaluation.cache import ResultCache
 
 try:
     import ray
     from ray.exceptions import RayError, RayTaskError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError:
     raise UserError("--executor ray needs Ray: pip install 'prompttune[ray]'") from None
 
@@ -54,6 +63,44 @@ class PolledFlag:
         return self.signum
 
 
+class CacheServer:
+    """The comparison's shared cache, opened on this process's machine for tasks on any node."""
+
+    def __init__(self, path: Path) -> None:
+        self.cache = ResultCache(path)
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        return self.cache.get_many(keys)
+
+    def put_many(self, items: list[tuple[str, Any]]) -> None:
+        self.cache.put_many(items)
+
+    def size(self) -> int:
+        return len(self.cache)
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class RemoteCache(ResultCache):
+    """A task's view of the `CacheServer`: what `MeteredCache` asks of its shared cache, one round trip each."""
+
+    def __init__(self, server: Any) -> None:  # no file of its own
+        self.server = server
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        return ray.get(self.server.get_many.remote(keys))
+
+    def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
+        ray.get(self.server.put_many.remote(list(items)))
+
+    def __len__(self) -> int:
+        return ray.get(self.server.size.remote())
+
+    def close(self) -> None:
+        """The server's owner (the executor) closes the file."""
+
+
 @dataclass(frozen=True)
 class Stopped:
     """What a task that stopped on request returns (its RunInterrupted would reach this process as a cancellation)."""
@@ -79,6 +126,7 @@ class RayExecutor(Executor["ray.ObjectRef"]):
         super().__init__(jobs)
         self.address = address
         self.connected_here = False
+        self.cache_servers: list[Any] = []
 
     def start(self) -> None:
         if not ray.is_initialized():
@@ -90,6 +138,12 @@ class RayExecutor(Executor["ray.ObjectRef"]):
             self.connected_here = True
         self.flag = ray.remote(num_cpus=0)(StopFlag).remote()
         self.remote_run = ray.remote(num_cpus=1, max_retries=0)(_run_in_ray)
+
+    def cache_opener(self, path: Path) -> Callable[[], ResultCache]:
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        server = ray.remote(num_cpus=0)(CacheServer).options(scheduling_strategy=here).remote(path)
+        self.cache_servers.append(server)
+        return partial(RemoteCache, server)
 
     def submit(self, task: WorkerTask, item: Any) -> "ray.ObjectRef":
         return self.remote_run.remote(task, item, self.flag)
@@ -116,6 +170,8 @@ class RayExecutor(Executor["ray.ObjectRef"]):
             ray.cancel(handle, force=True)
 
     def close(self) -> None:
-        ray.kill(self.flag)
+        ray.get([server.close.remote() for server in self.cache_servers])
+        for actor in [self.flag, *self.cache_servers]:
+            ray.kill(actor)
         if self.connected_here:
             ray.shutdown()

@@ -18,11 +18,15 @@ from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
+from functools import partial
 from multiprocessing.sharedctypes import Synchronized
+from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import SIGNALS, RunInterrupted, StopRequest, stop_on_signals
+from prompttune.evaluation.cache import ResultCache
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -63,7 +67,8 @@ def run_followed(task: WorkerTask, item: Item, stop: FollowedStop) -> Result:
 
 class Executor(ABC, Generic[Handle]):
     """Runs tasks `jobs` at a time in workers and stops them as one task in this process stops. Subclasses
-    say how a task is submitted, awaited, read, stopped and killed; `run` is the one driver loop."""
+    say how a task is submitted, awaited, read, stopped and killed, and how a worker reaches a cache shared
+    with this process; `run` is the one driver loop. Use it as a context manager (`start`, then `close`)."""
 
     def __init__(self, jobs: int) -> None:
         if jobs < 1:
@@ -79,7 +84,6 @@ class Executor(ABC, Generic[Handle]):
         paid for is in the cache, for `resume_command`."""
         signals = stop_on_signals(resume_command) if handle_signals else nullcontext(StopRequest(resume_command))
         waiting, running = list(reversed(items)), set()  # items popped in order
-        self.start()
         try:
             with signals as request, request.during_search():
                 while waiting or running:
@@ -95,8 +99,6 @@ class Executor(ABC, Generic[Handle]):
         except BaseException:
             self.kill(running)
             raise
-        finally:
-            self.close()
         if request():
             raise RunInterrupted(f"stopped by {request.signal}; finish it with `{resume_command}`", request.signal)
 
@@ -114,9 +116,21 @@ class Executor(ABC, Generic[Handle]):
     stopping: bool = False  # a stop was passed on to the workers
     lost: tuple[type[BaseException], ...] = ()  # what reading a task whose worker died raises
 
+    def __enter__(self) -> "Executor[Handle]":
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
     @abstractmethod
     def start(self) -> None:
         """Bring up the workers (or connect to them)."""
+
+    @abstractmethod
+    def cache_opener(self, path: Path) -> Callable[[], ResultCache]:
+        """What a task calls to open the SQLite cache at `path`, shared with this process (picklable)."""
 
     @abstractmethod
     def submit(self, task: WorkerTask, item: Any) -> Handle:
@@ -168,6 +182,9 @@ class ProcessExecutor(Executor[Future]):
         self.signum = context.Value("i", 0)
         self.pool = ProcessPoolExecutor(self.jobs, mp_context=context, initializer=_start_worker,
                                         initargs=(self.signum,))
+
+    def cache_opener(self, path: Path) -> Callable[[], ResultCache]:
+        return partial(ResultCache, path)  # the workers run on this machine, beside this process
 
     def submit(self, task: WorkerTask, item: Any) -> Future:
         return self.pool.submit(_run_in_pool, task, item)
