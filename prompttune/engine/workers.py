@@ -70,6 +70,9 @@ class Executor(ABC, Generic[Handle]):
     say how a task is submitted, awaited, read, stopped and killed, and how a worker reaches a cache shared
     with this process; `run` is the one driver loop. Use it as a context manager (`start`, then `close`)."""
 
+    stopping: bool = False  # a stop was passed on to the workers
+    lost: tuple[type[BaseException], ...] = ()  # what reading a task whose worker died raises
+
     def __init__(self, jobs: int) -> None:
         if jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
@@ -112,9 +115,6 @@ class Executor(ABC, Generic[Handle]):
                 return
             raise
         on_result(result)
-
-    stopping: bool = False  # a stop was passed on to the workers
-    lost: tuple[type[BaseException], ...] = ()  # what reading a task whose worker died raises
 
     def __enter__(self) -> "Executor[Handle]":
         self.start()
