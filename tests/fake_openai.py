@@ -26,12 +26,14 @@ class FakeServer:
     `top_logprobs` asked, which may not pass `max_top`); with `prefill`, an answer to a final
     assistant message it is asked to continue starts " Paris", as a real model's answer to the
     backend's probe does. `completions=False` makes it a chat-only server (404 on /completions);
-    `chat_bodies` keeps every chat request."""
+    `chat_bodies` keeps every chat request. `keep_alive` answers over HTTP/1.1 persistent connections, as
+    vLLM does (benchmarks); by default each connection closes after one answer, so that a server that
+    stops answers no more on a connection already open."""
 
     def __init__(self, delay: float = 0.0, port: int = 0, echo: bool = True, varied: bool = False,
                  die_after: int | None = None, completions: bool = True, prefill: bool = False,
-                 max_top: int = 20, chat_top: dict[str, float] | None = None) -> None:
-        self.echo, self.varied, self.die_after = echo, varied, die_after
+                 max_top: int = 20, chat_top: dict[str, float] | None = None, keep_alive: bool = False) -> None:
+        self.echo, self.varied, self.die_after, self.keep_alive = echo, varied, die_after, keep_alive
         self.offers_completions, self.prefill, self.max_top = completions, prefill, max_top
         self.chat_top = chat_top if chat_top is not None else {"red": -0.5, "green": -1.5, "blue": -2.5}
         self.chat_bodies: list[dict] = []
@@ -110,6 +112,8 @@ class FakeServer:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+
             def log_message(self, *args: object) -> None:
                 pass
 

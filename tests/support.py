@@ -4,6 +4,7 @@ the requests reaching it, and synthetic-oracle problems with known answers (test
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -236,3 +237,18 @@ def oracle_for(config: RunConfig, accuracy: Callable[[str], float] = colours_acc
     return CountingBackend(SyntheticOracleBackend(examples, accuracy,
                                                   proposals=lambda t: f"Name the colour ({len(t) % 5}): "
                                                                       "red, green or blue."))
+
+
+def comparison_outcome(compare_dir: Path) -> dict:
+    """summary.json without what an interruption, or the order parallel workers finish in, may change: paths,
+    wall times, how many charged calls and tokens a cache served rather than the model (a resumed arm's replayed
+    calls are such hits) and the fairness checks' free-text details."""
+    summary = json.loads((compare_dir / "summary.json").read_text())
+    for arm in summary["arms"]:
+        for run in arm["runs"]:
+            for key in ("run_dir", "wall_seconds", "shared_cache_hits_charged", "shared_cache_tokens_charged",
+                        "served_by_model"):
+                del run[key]
+            del run["search"]["calls_by_kind"]
+    summary["fairness"] = [(check["claim"], check["ok"]) for check in summary["fairness"]]
+    return summary

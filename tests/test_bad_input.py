@@ -237,6 +237,8 @@ CASES = [
          "dspy-copro needs at least 121 calls"),
     Case("compare no arms", compare("--optimizers", ","), "names no optimizer"),
     Case("compare jobs 0", compare("--jobs", "0"), "--jobs must be at least 1"),
+    Case("compare unknown executor", compare("--jobs", "2", "--executor", "dask"),
+         "--executor expects process, ray or ray:ADDRESS, got 'dask'"),
     Case("compare native demos in same-space mode", compare("--native-demos", "4"), "it needs --mode native"),
     Case("compare option without optimizer", compare("--option", "eta=3"), "OPTIMIZER.KEY=VALUE"),
     Case("compare option of an arm not compared", compare("--option", "sh.eta=3"), "not compared: sh"),

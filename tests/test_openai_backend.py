@@ -178,6 +178,22 @@ def test_least_loaded_routing_and_concurrency_limit(fakes: list[FakeServer]) -> 
     backend.close()
 
 
+def test_a_big_batch_wakes_one_waiting_call_per_freed_slot_over_a_client_per_server(
+        fakes: list[FakeServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    """What keeps the pool's rate N x one server's (benchmarks/server_pool.py): waking every waiting call at
+    every release costs ~calls² looks for a server, and one httpx client over all servers scans all their
+    connections for every request."""
+    fakes.extend(FakeServer(delay=0.01, keep_alive=True) for _ in range(2))
+    backend = _backend([f.url for f in fakes], concurrency=2)
+    pick, looks = backend.pool._pick, []
+    monkeypatch.setattr(backend.pool, "_pick", lambda: looks.append(1) or pick())
+    results = backend.score([ScoreRequest(f"item {i}:", (" a",)) for i in range(200)])
+    assert len(results) == 200 and sum(f.completions for f in fakes) >= 200
+    assert len(looks) <= 3 * 200  # a first look per call and about one per wake-up (every waiter woken: ~10,000)
+    assert len({id(server.client) for server in backend.pool.servers}) == 2
+    backend.close()
+
+
 def test_dead_server_is_quarantined_and_readmitted_when_healthy(fakes: list[FakeServer]) -> None:
     fakes += [FakeServer(), FakeServer()]
     backend = _backend([fakes[0].url, fakes[1].url])

@@ -30,7 +30,7 @@ from prompttune.engine.study import resume_study, run_study
 from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
 from prompttune.evaluation.cache import ResultCache
 from prompttune.reports.html.facts import run_status
-from tests.support import CountingBackend, oracle_config, oracle_for
+from tests.support import CountingBackend, comparison_outcome, oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -250,21 +250,6 @@ def test_only_interim_looks_spend_alpha_and_a_recorded_final_look_is_reused() ->
     assert next_look_alpha([look("final", 0.05)], 0.05, interim=True) == 0.0  # the final look spent the rest
 
 
-def _comparison_outcome(compare_dir: Path) -> dict:
-    """summary.json without what an interruption may change: paths, wall times, how many charged calls and
-    tokens a cache served rather than the model (a resumed arm's replayed calls are such hits) and the
-    fairness checks' free-text details."""
-    summary = json.loads((compare_dir / "summary.json").read_text())
-    for arm in summary["arms"]:
-        for run in arm["runs"]:
-            for key in ("run_dir", "wall_seconds", "shared_cache_hits_charged", "shared_cache_tokens_charged",
-                        "served_by_model"):
-                del run[key]
-            del run["search"]["calls_by_kind"]
-    summary["fairness"] = [(check["claim"], check["ok"]) for check in summary["fairness"]]
-    return summary
-
-
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_path: Path, monkeypatch, capsys,
                                                                           signum: signal.Signals) -> None:
@@ -310,7 +295,7 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
     # ... and every arm spent, chose and shipped exactly what it did uninterrupted.
     assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
         (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
-    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+    assert comparison_outcome(compare_dir) == comparison_outcome(whole.run_dir)
     assert main(["compare", "--resume", str(compare_dir)]) == 2
     assert main(["optimize", "--resume", str(compare_dir)]) == 2
     assert main(["compare", "--resume", str(whole.runs[0].run_dir)]) == 2
@@ -340,10 +325,14 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds the worker processes in /proc (Linux)")
-def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["process", "ray"])
+def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_path: Path, executor: str) -> None:
     """`compare --jobs 2` stops as `--jobs 1` does: a first SIGINT, to the main process alone, stops every worker's
     arm after its trial in flight (interim report, resumable), and the comparison exits with code 130, no worker
-    left behind; `--resume` then ends as an uninterrupted comparison."""
+    left behind; `--resume` then ends as an uninterrupted comparison. With `--executor ray` the workers are Ray's
+    (a local Ray the comparison starts and shuts down), told through its stop flag."""
+    if executor == "ray":
+        pytest.importorskip("ray")
     config = oracle_config(tmp_path / "whole")
     whole = run_compare(config, ["random"], [0, 1, 2], {}, backend=oracle_for(config))
     folder = tmp_path / "stopped"
@@ -351,10 +340,11 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
     def one_arm_finished_another_midway() -> bool:  # two workers, three arm-seeds of five trials each
         arms = [a for a in folder.glob("runs/*-compare/arms/*") if a.is_dir()]
         running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
-        return len(arms) > len(running) and any(2 <= len(lines(a / "trials.jsonl")) <= 3 for a in running)
-    child = _signal_when(folder, ["compare", "random", "--jobs", "2", "--seeds", "3"], one_arm_finished_another_midway,
-                         signal.SIGINT)
-    signalled, processes = time.monotonic(), _processes_under(child.pid)  # two workers, a resource tracker
+        finished = [a for a in arms if (a / ARM_FILE).is_file()]  # not an arm whose first trial is still to come
+        return bool(finished) and any(2 <= len(lines(a / "trials.jsonl")) <= 3 for a in running)
+    child = _signal_when(folder, ["compare", "random", "--jobs", "2", "--seeds", "3", "--executor", executor],
+                         one_arm_finished_another_midway, signal.SIGINT)
+    signalled, processes = time.monotonic(), _processes_under(child.pid)  # two workers, a resource tracker (or Ray's)
     _, stderr = child.communicate(timeout=60)
     compare_dir = next(folder.glob("runs/*-compare"))
     assert child.returncode == 130 and time.monotonic() - signalled < 10, stderr  # a few seconds, on a busy machine
@@ -376,7 +366,7 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
     assert backend.calls == len(_cached_keys(whole.run_dir / "cache.sqlite") - paid)  # nothing paid twice
     assert [(r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in resumed.runs] == [
         (r.arm, r.seed, r.search.calls, r.search.tokens, r.best) for r in whole.runs]
-    assert _comparison_outcome(compare_dir) == _comparison_outcome(whole.run_dir)
+    assert comparison_outcome(compare_dir) == comparison_outcome(whole.run_dir)
 
 
 def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_path: Path) -> None:

@@ -191,7 +191,7 @@ class OpenAIBackend(Backend):
         served: list[set[str]] = []
         for server in self.pool.servers:
             try:
-                response = await self.http.client.get(f"{server.url}/models", timeout=self.pool.health_timeout)
+                response = await server.client.get(f"{server.url}/models", timeout=self.pool.health_timeout)
                 response.raise_for_status()
                 served.append({m["id"] for m in response.json().get("data", [])})
             except (httpx.HTTPError, ValueError, KeyError, AttributeError) as exc:

@@ -1,5 +1,5 @@
-"""HTTP to OpenAI-compatible servers from synchronous code: a private event loop, one httpx client
-over a `ServerPool`, and retries that stay visible (counted per server) instead of hidden in a client."""
+"""HTTP to OpenAI-compatible servers from synchronous code: a private event loop, an httpx client per
+server of a `ServerPool`, and retries that stay visible (counted per server) instead of hidden in a client."""
 
 from __future__ import annotations
 
@@ -83,11 +83,13 @@ class HttpClient:
                  retries: int, backoff_base: float, quarantine_base: float) -> None:
         self.timeout, self.retries, self.backoff_base = timeout, retries, backoff_base
         self._loop = _LoopThread()
-        self.client: httpx.AsyncClient | None = None
+        self.clients: list[httpx.AsyncClient] = []
         try:
-            self.client = self.run(self._make_client(api_key_env, len(base_urls) * (concurrency + 1)))
-            self.pool = ServerPool([normalize_url(u) for u in base_urls], self.client, concurrency,
-                                   min(timeout, 10.0), timeout * retries, quarantine_base)
+            urls = [normalize_url(u) for u in base_urls]
+            for _ in urls:
+                self.clients.append(self.run(self._make_client(api_key_env, concurrency + 1)))
+            self.pool = ServerPool(urls, self.clients, concurrency, min(timeout, 10.0), timeout * retries,
+                                   quarantine_base)
         except BaseException:
             self.close()
             raise
@@ -102,8 +104,8 @@ class HttpClient:
         """Close connections and stop the I/O thread; safe to call twice."""
         if self._loop.loop.is_closed():
             return
-        if self.client is not None:
-            self.run(self.client.aclose())
+        for client in self.clients:
+            self.run(client.aclose())
         self._loop.close()
 
     @staticmethod
@@ -119,7 +121,7 @@ class HttpClient:
     async def post_once(self, path: str, body: dict) -> dict:
         server = self.pool.servers[0]
         try:
-            response = await self.client.post(server.url + path, json=body, timeout=self.timeout)
+            response = await server.client.post(server.url + path, json=body, timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise UserError(f"server {server.url} failed the start-up probe: {type(exc).__name__}") from None
         if response.status_code != 200:
@@ -136,7 +138,7 @@ class HttpClient:
             server = await self.pool.acquire()
             delay: float | None = None
             try:
-                response = await self.client.post(server.url + path, json=body, timeout=self.timeout)
+                response = await server.client.post(server.url + path, json=body, timeout=self.timeout)
             except httpx.TransportError as exc:
                 error = describe_error(exc)
                 if not isinstance(exc, _BUSY):  # a slow answer is no reason to take a server out

@@ -29,9 +29,12 @@ class ServerStats:
 
 @dataclass
 class Server:
-    """One base URL and its routing state (calls in flight, quarantine and back-off)."""
+    """One base URL, its own HTTP client (connections) and its routing state (calls in flight, quarantine and
+    back-off). A client per server, not one for all: httpx hands each request a connection by scanning its
+    whole pool, so one client over N servers costs O(N) per request and stops the pool scaling with N."""
 
     url: str
+    client: httpx.AsyncClient
     in_flight: int = 0
     quarantined: bool = False
     probing: bool = False
@@ -65,10 +68,9 @@ class ServerPool:
     none answers, a call waiting for a server raises `BackendUnavailable` instead of waiting forever.
     """
 
-    def __init__(self, urls: list[str], client: httpx.AsyncClient, concurrency: int, health_timeout: float,
+    def __init__(self, urls: list[str], clients: list[httpx.AsyncClient], concurrency: int, health_timeout: float,
                  outage_limit: float, quarantine_base: float = 1.0, quarantine_max: float = 60.0) -> None:
-        self.servers = [Server(u) for u in urls]
-        self.client = client
+        self.servers = [Server(url, client) for url, client in zip(urls, clients, strict=True)]
         self.concurrency = concurrency
         self.health_timeout = health_timeout
         self.outage_limit = outage_limit
@@ -80,7 +82,7 @@ class ServerPool:
     async def health_error(self, server: Server) -> str | None:
         """Why GET /models failed, or None when the server answers."""
         try:
-            response = await self.client.get(f"{server.url}/models", timeout=self.health_timeout)
+            response = await server.client.get(f"{server.url}/models", timeout=self.health_timeout)
         except httpx.HTTPError as exc:
             return describe_error(exc)
         return None if response.status_code == 200 else f"HTTP {response.status_code}"
@@ -160,6 +162,8 @@ class ServerPool:
                     pass
 
     async def release(self, server: Server) -> None:
+        """One slot is free: wake one waiting call, not all (a batch of thousands would each wake, look and
+        sleep again at every release). A waiter that misses the slot waits for the next release."""
         async with self._changed:
             server.in_flight -= 1
-            self._changed.notify_all()
+            self._changed.notify()

@@ -63,7 +63,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.resume and args.dry_run:
         raise UserError("--dry-run plans a new comparison; a --resume finishes one with its own settings")
     if args.resume:
-        result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs, add=added,
+        result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs, executor=args.executor, add=added,
                                 add_options=parse_options(args.option))
     else:
         if args.seeds < 1:
@@ -76,11 +76,11 @@ def _compare(args: argparse.Namespace) -> int:
         if args.dry_run:
             print("\n".join(plan_compare(config, arms, seeds, parse_options(args.option), mode=args.mode,
                                           match=args.match, native_demos=args.native_demos,
-                                          jobs=args.jobs).lines()))
+                                          jobs=args.jobs, executor=args.executor).lines()))
             return 0
         result = run_compare(config, arms, seeds, parse_options(args.option), mode=args.mode, match=args.match,
                              allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
-                             progress=True)
+                             executor=args.executor, progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
     if args.json:
         print_json(comparison_json(result))
@@ -122,6 +122,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     compare.add_argument("--jobs", type=int, default=1, metavar="N",
                          help="arm-seeds run at once, in worker processes with a model each (with --backend openai "
                               "they share the servers); results equal --jobs 1")
+    compare.add_argument("--executor", default="process", metavar="process|ray[:ADDRESS]",
+                         help="where --jobs run: process (worker processes here) or ray (Ray tasks on a local Ray, the "
+                              "cluster at ADDRESS or RAY_ADDRESS; needs pip install 'prompttune[ray]' and, across "
+                              "machines, --runs-dir on a file system every node mounts at the same path)")
     compare.add_argument("--allow-underspend", action="store_true",
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "

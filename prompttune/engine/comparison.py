@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from prompttune.engine.setup import (
     require_dev_budget,
 )
 from prompttune.engine.study import checked_search, run_study, run_versions
-from prompttune.engine.workers import run_in_workers
+from prompttune.engine.workers import Executor, ProcessExecutor
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.evaluator import Evaluator
@@ -180,20 +181,36 @@ class ArmJob:
     arm: str
     seed: int
     arms_dir: Path
-    cache: Path
+    open_cache: Callable[[], ResultCache]  # the comparison's shared cache, as this job's worker reaches it
     resume_dir: Path | None
     backend_factory: BackendFactory
     data: Task | None  # in-memory data, drawn again per seed
+
+
+def make_executor(spec: str, jobs: int) -> Executor:
+    """The executor `--executor` names: `process` (worker processes here) or `ray[:ADDRESS]` (Ray tasks: a local
+    Ray, the cluster RAY_ADDRESS names, or the one at ADDRESS). Only checks; nothing starts before `run`."""
+    kind, colon, address = spec.partition(":")
+    if kind == "process" and not colon:
+        return ProcessExecutor(jobs)
+    if kind == "ray" and (address or not colon):
+        from prompttune.engine.ray_executor import RayExecutor  # Ray is an optional extra
+
+        return RayExecutor(jobs, address or None)
+    raise UserError(f"--executor expects process, ray or ray:ADDRESS, got {spec!r}")
 
 
 def _run_job(job: ArmJob, stop: StopRequest) -> Path:
     """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
     the shared cache, and a first signal stops it as it stops an arm of --jobs 1; the arm's directory
     (with arm.json) is the result."""
+    if not job.arms_dir.is_dir():
+        raise UserError(f"{job.arms_dir} is not on {socket.gethostname()}'s file system: a worker on another machine "
+                        f"needs the comparison's --runs-dir mounted at the same path")
     drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
                                             job.data, check=False)
     backend = job.backend_factory(drawn)
-    shared = ResultCache(job.cache)
+    shared = job.open_cache()
     try:
         bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
                       Console(quiet=True), in_memory=job.data is not None)
@@ -240,12 +257,12 @@ def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]]
 
 def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                   mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
-                  jobs: int = 1, data: Task | None = None) -> tuple[RunConfig, dict[int, Draw]]:
+                  jobs: int = 1, data: Task | None = None,
+                  executor: str = "process") -> tuple[RunConfig, dict[int, Draw]]:
     """Everything a comparison checks before any model loads, so that bad input is one line before
     anything is spent (`run_compare` and `compare --dry-run` alike): the config it runs (with
     `native_demos`) and each seed's draw."""
-    if jobs < 1:
-        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    make_executor(executor, jobs)  # a bad --jobs or --executor, or Ray missing, is one line before any spend
     if match == "tokens" and config.budget_tokens is None:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     if native_demos and mode != "native":
@@ -277,7 +294,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
                 resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False,
                 native_demos: int = 0, jobs: int = 1, backend_factory: BackendFactory | None = None,
-                data: Task | None = None) -> Comparison:
+                data: Task | None = None, executor: str = "process") -> Comparison:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -291,13 +308,17 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     k ∈ {0, 2, …, K} to a space that declares no demos, so grid searchers can try demos too. `jobs` > 1
     runs that many arm-seeds at once in worker processes, each with its own model from
     `backend_factory` (default: built from the config; with `--backend openai` they share the servers),
-    with the same results as one at a time. `data`: an in-memory task in place of the one `config`
+    with the same results as one at a time. `executor`: where those workers run, `process` (on this machine;
+    with `jobs` 1 the arms run in this process) or `ray[:ADDRESS]` (Ray tasks, even with `jobs` 1: a local Ray,
+    or the cluster at ADDRESS or RAY_ADDRESS, which must see the run directory at the same path; see
+    `prompttune.engine.ray_executor`). `data`: an in-memory task in place of the one `config`
     names; each seed draws its splits (of the same sizes) from all its examples."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
-    if jobs > 1 and backend is not None and backend_factory is None:
-        raise UserError("--jobs > 1 gives every worker process its own model: pass backend_factory, not a backend")
-    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data)
+    in_workers = jobs > 1 or executor != "process"
+    if in_workers and backend is not None and backend_factory is None:
+        raise UserError("--jobs > 1 or --executor ray gives every worker its own model: pass backend_factory, not a backend")
+    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor)
     first = draws[seeds[0]]
     watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
@@ -329,19 +350,21 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
             console.print(f"[bold]{run.arm} seed {run.seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
                           f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
                           f"{caps[0].charged(run)}/{caps[0].limit} {caps[0].unit}")
-        if jobs == 1:
+        if not in_workers:
             for arm, seed, earlier in todo:
                 watch.watch(benches[seed].task)
                 run = run_arm(benches[seed], arm, seed, earlier)
                 save_arm_run(run)
                 finished(run)
         else:
-            work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms",
-                           Path(config.cache or run_dir / "cache.sqlite"), earlier, backend_factory or build_backend,
-                           data)
-                    for arm, seed, earlier in todo]
-            run_in_workers(_run_job, work, jobs, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
-                           f"compare --resume {run_dir}")
+            (run_dir / "arms").mkdir(exist_ok=True)  # a worker that does not see it runs on another file system
+            with make_executor(executor, jobs) as workers:
+                open_cache = workers.cache_opener(Path(config.cache or run_dir / "cache.sqlite"))
+                work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
+                               earlier, backend_factory or build_backend, data)
+                        for arm, seed, earlier in todo]
+                workers.run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
+                            f"compare --resume {run_dir}")
         runs = [done[(arm, seed)] for arm in arms for seed in seeds]
         verdict_calls = _rescore_winners(benches, runs)
         equal_spend = _equal_spend(benches, runs, caps[0])
@@ -369,7 +392,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
 
 def resume_compare(run_dir: Path, backend: Backend | None = None, console: Console | None = None,
                    progress: bool = False, jobs: int = 1, backend_factory: BackendFactory | None = None,
-                   data: Task | None = None, add: Sequence[str] = (),
+                   data: Task | None = None, add: Sequence[str] = (), executor: str = "process",
                    add_options: dict[str, dict[str, Any]] | None = None) -> Comparison:
     """Finish an interrupted comparison with its own settings (see `run_compare`; in-memory `data` is
     passed again). `add` names optimizers to run beside the saved ones, on the same seeds, data draws
@@ -397,7 +420,8 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
     return run_compare(config, arms, saved["seeds"], options, backend, console,
                        mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
                        allow_underspend=saved.get("allow_underspend", False), progress=progress,
-                       native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory, data=data)
+                       native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory, data=data,
+                       executor=executor)
 
 
 def _same_coverage(config: RunConfig, before: list[str], after: list[str], options: dict[str, dict[str, Any]],
