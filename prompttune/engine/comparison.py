@@ -358,7 +358,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
     comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
                             first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
-                            time.time() - started, equal_spend, run_versions(config, watch, arms))
+                            time.time() - started, equal_spend,
+                            run_versions(config, watch.inner, arms, passed=backend is not None))
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)

@@ -246,6 +246,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     task = task or load_evaluation_task(config)
     prompts = load_prompts(config, task, prompts)
     check_paths(config.runs_dir, config.cache)
+    passed = backend is not None  # a Backend object the caller passed: reports name it, not the config's model
     backend = backend or build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
@@ -284,7 +285,8 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
                                 rank_agreement(a, b))
     result = EvaluationResult(run_dir, config, task, prompts, ids, results, comparison, ensembles,
                               base if ensembles is not None else None, posix, ledger, backend.model_id,
-                              time.time() - started, run_versions(config.run_config(), backend))
+                              time.time() - started, run_versions(config.run_config(), backend,
+                                                                              passed=passed))
     write_outputs(result)
     write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
     if progress:
