@@ -4,7 +4,9 @@ options for all of them. A backend class is imported only when chosen."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 from typing import Any
 
 from prompttune.backends.base import Backend
@@ -81,6 +83,13 @@ def check_backend(config: BackendConfig) -> type[Backend]:
     return cls
 
 
-def build_backend(config: BackendConfig) -> Backend:
-    """The backend named by `config.backend`, checked first (`check_backend`)."""
-    return check_backend(config).from_config(config)
+def build_backend(config: BackendConfig, quiet: bool = False) -> Backend:
+    """The backend named by `config.backend`, checked first (`check_backend`). `quiet` (a library call
+    without `progress=True`, which prints nothing): what loading writes to the terminal goes nowhere: the
+    progress bars of transformers, the hub and the GGUF conversion (tqdm, bound to `sys.stderr` when a
+    bar starts) and anything else the loaders print from Python."""
+    cls = check_backend(config)
+    if not quiet:
+        return cls.from_config(config)
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        return cls.from_config(config)

@@ -12,6 +12,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, Sequence
 
@@ -299,7 +300,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError("--jobs > 1 gives every worker process its own model: pass backend_factory, not a backend")
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data)
     first = draws[seeds[0]]
-    watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
+    watch = ModelWatch(backend or (backend_factory or partial(build_backend, quiet=not progress))(config), first.task)
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,

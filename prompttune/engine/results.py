@@ -116,6 +116,7 @@ class RunResult:
     split_sizes: dict[str, int] = field(default_factory=dict)  # train, dev, test examples
     split_note: str = ""  # how the splits were drawn when no sizes were given (Task.split_note)
     data_warnings: tuple[str, ...] = ()  # doubts about the data (a label seen once): shown, reported, not refused
+    advice: tuple[str, ...] = ()  # one-line suggestions the run made (critique_advice: --proposer-model)
     backend: Backend | None = field(default=None, repr=False)  # a Backend object passed in: the caller's, still open
     _rebuilt: Backend | None = field(default=None, init=False, repr=False)  # predict's own, after the run closed its
 
@@ -168,7 +169,7 @@ class RunResult:
         if self.backend is not None:
             return self.backend
         if self._rebuilt is None:
-            self._rebuilt = build_backend(self.config)
+            self._rebuilt = build_backend(self.config, quiet=True)
         return self._rebuilt
 
     def predict(self, inputs: Mapping[str, Any] | str) -> str | None:
@@ -213,7 +214,8 @@ class RunResult:
                 ("shipped test accuracy", f"{c.best_accuracy:.3f} ({shipped}, {c.n} test examples)"),
                 ("verdict", self.verdict.summary()),
                 ("budget", f"{self.search_ledger.calls}/{self.search_ledger.cap_calls} search calls"),
-                *[("warning", warning) for warning in self.data_warnings]]
+                *[("warning", warning) for warning in self.data_warnings],
+                *[("note", note) for note in self.advice]]
 
     def summary(self) -> str:
         """The run in a few lines: model, serving, splits, the baseline's and the shipped prompt's test accuracy,

@@ -143,6 +143,17 @@ def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] 
     return versions
 
 
+def critique_advice(config: RunConfig, critique: str) -> str:
+    """The one line a run says when its proposer's critiques are not usable (`Proposer.critique`): who wrote
+    them, and the option that lets a stronger model write them."""
+    shown = repr(critique[:60] + ("…" if len(critique) > 60 else "")) if critique else "an empty answer"
+    if config.proposer_model:
+        return (f"--proposer-model {config.proposer_model} wrote a critique that is not usable ({shown}); "
+                "a stronger --proposer-model writes better ones")
+    return (f"the proposer's critiques are not usable ({shown}): the task model {config.model} writes them; "
+            "--proposer-model MODEL lets a stronger model write them (the task model still answers)")
+
+
 def _progress(console: Console, shown: bool) -> Progress | nullcontext:
     if not shown:
         return nullcontext()
@@ -184,8 +195,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     # signal or an outage, or failed.
     passed_backend = backend  # the caller's, left open; one the run builds is closed when it ends
     with ExitStack() as resources:
-        backend = backend or resources.enter_context(closing(build_backend(config)))
-        proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
+        backend = backend or resources.enter_context(closing(build_backend(config, quiet=not progress)))
+        proposer_backend = (resources.enter_context(closing(build_proposer_backend(config, quiet=not progress)))
                             if config.proposer_model else backend)
         counts_at_start = backend.server_counts()
         console.print(backend.describe())
@@ -222,8 +233,15 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
         evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
                               scoring=config.scoring)
+        advice: list[str] = []
+
+        def advise(critique: str) -> None:
+            advice.append(critique_advice(config, critique))
+            console.print(f"note: {advice[-1]}", markup=False)
+
         strategy = build_strategy(Setting(config, context, visible, evaluator,
-                                          Proposer(proposer_backend, evaluator.meter), run_dir))
+                                          Proposer(proposer_backend, evaluator.meter, on_unusable_critique=advise),
+                                          run_dir))
         storage: TrialStorage = JsonlStorage(run_dir / "trials.jsonl") if run_dir else InMemoryStorage()
         baseline = strategy.baseline
         test = task.splits["test"]
@@ -268,7 +286,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                            versions=run_versions(config, backend, passed=passed_backend is not None),
                            labels=tuple(task.labels), split_note=task.split_note,
                            split_sizes={name: len(task.splits[name]) for name in ("train", "dev", "test")},
-                           data_warnings=tuple(task.warnings), backend=passed_backend,
+                           data_warnings=tuple(task.warnings), backend=passed_backend, advice=tuple(advice),
                            prompt_tokens={role: tokens_of(backend, candidate, train) for role, candidate in
                                           (("baseline", baseline), ("shipped", verdict.shipped),
                                            ("dev winner", verdict.dev_winner))})

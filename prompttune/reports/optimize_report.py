@@ -256,6 +256,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"test {len(task.splits['test'])}" + (f" ({task.split_note})" if task.split_note else "") + ".",
         "",
         *[line for warning in task.warnings for line in (f"**Warning: {warning}.**", "")],
+        *[line for note in result.advice for line in (f"Note: {note}.", "")],
         *([f"**Interrupted and resumable: a signal stopped the search after {o.n_trials} trials and "
            f"{ledger.calls} of {ledger.cap_calls} calls. What follows is the interim held-out verdict of the "
            f"best candidate so far, tested at half the α the run had left; `optimize --resume {result.run_dir}` "

@@ -99,8 +99,7 @@ class SplitSizes:
 
 def shares_note(rows: int, seed: int) -> str:
     """How `SplitSizes.shares_of` drew the splits, in words a run can print."""
-    return (f"drawn stratified from {rows} rows: half train, a quarter dev, a quarter test "
-            f"; split seed {seed}")
+    return f"drawn stratified from {rows} rows: half train, a quarter dev, a quarter test; split seed {seed}"
 
 
 def stratified_sample(examples: list[Example], n: int, rng: np.random.Generator) -> list[Example]:
