@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import importlib
 import io
-from typing import Any
+from typing import Any, Iterator
 
 from prompttune.backends.base import Backend
 from prompttune.core.config import BackendConfig
@@ -83,13 +83,18 @@ def check_backend(config: BackendConfig) -> type[Backend]:
     return cls
 
 
-def build_backend(config: BackendConfig, quiet: bool = False) -> Backend:
-    """The backend named by `config.backend`, checked first (`check_backend`). `quiet` (a library call
-    without `progress=True`, which prints nothing): what loading writes to the terminal goes nowhere: the
-    progress bars of transformers, the hub and the GGUF conversion (tqdm, bound to `sys.stderr` when a
-    bar starts) and anything else the loaders print from Python."""
-    cls = check_backend(config)
-    if not quiet:
-        return cls.from_config(config)
+def build_backend(config: BackendConfig) -> Backend:
+    """The backend named by `config.backend`, checked first (`check_backend`)."""
+    return check_backend(config).from_config(config)
+
+
+@contextlib.contextmanager
+def loading(quietly: bool) -> Iterator[None]:
+    """Around building a backend: `quietly` (a library call without `progress=True`, which prints nothing),
+    what loading writes to the terminal goes nowhere: the progress bars of transformers, the hub and the
+    GGUF conversion (tqdm binds `sys.stderr` when a bar starts) and anything else the loaders print."""
+    if not quietly:
+        yield
+        return
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        return cls.from_config(config)
+        yield

@@ -12,13 +12,13 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 from rich.console import Console
 
 from prompttune.backends.base import Backend
+from prompttune.backends.factory import loading
 from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
 from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, distinct_draws_check, fairness_checks
@@ -300,7 +300,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError("--jobs > 1 gives every worker process its own model: pass backend_factory, not a backend")
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data)
     first = draws[seeds[0]]
-    watch = ModelWatch(backend or (backend_factory or partial(build_backend, quiet=not progress))(config), first.task)
+    with loading(quietly=not progress):
+        watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import BackendConfig, PathText, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.provenance import record_code
@@ -247,7 +247,8 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     prompts = load_prompts(config, task, prompts)
     check_paths(config.runs_dir, config.cache)
     passed = backend is not None  # a Backend object the caller passed: reports name it, not the config's model
-    backend = backend or build_backend(config.run_config(), quiet=not progress)
+    with loading(quietly=not progress):
+        backend = backend or build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     record_code(run_dir)

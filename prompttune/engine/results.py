@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
@@ -169,7 +169,8 @@ class RunResult:
         if self.backend is not None:
             return self.backend
         if self._rebuilt is None:
-            self._rebuilt = build_backend(self.config, quiet=True)
+            with loading(quietly=True):
+                self._rebuilt = build_backend(self.config)
         return self._rebuilt
 
     def predict(self, inputs: Mapping[str, Any] | str) -> str | None:

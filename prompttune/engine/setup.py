@@ -33,8 +33,8 @@ def proposer_config(config: RunConfig) -> RunConfig:
     return config.model_copy(update={"model": config.proposer_model})
 
 
-def build_proposer_backend(config: RunConfig, quiet: bool = False) -> Backend:
-    return build_backend(proposer_config(config), quiet)
+def build_proposer_backend(config: RunConfig) -> Backend:
+    return build_backend(proposer_config(config))
 
 
 def check_proposer_backend(config: RunConfig) -> None:

@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from prompttune import __version__
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import (
@@ -195,9 +195,10 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     # signal or an outage, or failed.
     passed_backend = backend  # the caller's, left open; one the run builds is closed when it ends
     with ExitStack() as resources:
-        backend = backend or resources.enter_context(closing(build_backend(config, quiet=not progress)))
-        proposer_backend = (resources.enter_context(closing(build_proposer_backend(config, quiet=not progress)))
-                            if config.proposer_model else backend)
+        with loading(quietly=not progress):
+            backend = backend or resources.enter_context(closing(build_backend(config)))
+            proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
+                                if config.proposer_model else backend)
         counts_at_start = backend.server_counts()
         console.print(backend.describe())
         if task.split_note:

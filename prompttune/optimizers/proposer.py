@@ -53,13 +53,13 @@ class Proposer:
 
 
 def usable_critique(text: str, instruction: str, label_words: Sequence[str]) -> bool:
-    """A critique an edit can follow: three words or more, on the task: sharing a word of four letters or
-    more with the instruction or the label words (an empty answer, or a model rambling on about something
-    else, shares none)."""
-    def words(value: str) -> set[str]:
-        return set(re.findall(r"[a-z]{4,}", value.lower()))
-    topic = words(instruction) | words(" ".join(label_words)) | {"instruction", "label", "labels"}
-    return len(text.split()) >= 3 and bool(words(text) & topic)
+    """A critique an edit can follow: three words or more, on the task: naming a label word, or a word of
+    four letters or more of the instruction (an empty answer, or a model rambling on about something else,
+    names none)."""
+    topic = ({word for word in re.findall(r"[a-z]{4,}", instruction.lower())}
+             | {word for label in label_words for word in re.findall(r"[a-z]+", label.lower())}
+             | {"instruction", "label", "labels"})
+    return len(text.split()) >= 3 and bool(set(re.findall(r"[a-z]+", text.lower())) & topic)
 
 
 def clean_instruction(text: str) -> str:
