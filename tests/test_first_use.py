@@ -5,6 +5,7 @@ tabulates, summarizes and displays itself, and terminals and reports that name w
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -94,11 +95,11 @@ def test_a_library_call_on_the_real_model_prints_nothing_not_even_the_loaders_ba
 import prompttune
 rows = [{{"text": f"a {{w}} review number {{i}}", "label": w}} for i in range(6) for w in ("good", "bad")]
 task = prompttune.Task.from_records(rows, label="label")
-prompttune.evaluate(task, prompts=["Review: {{text}}\\nSentiment:", "Text: {{text}}\\nLabel:"], split="test",
-                    runs_dir={str(tmp_path)!r})
+result = prompttune.optimize(task, optimizer="random", budget=20, runs_dir={str(tmp_path)!r})
+result.predict("a good review number 99")  # the run closed its model: predict loads it again, quietly
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert (done.stdout, done.stderr) == ("", "")
 

@@ -89,12 +89,15 @@ def build_backend(config: BackendConfig) -> Backend:
 
 
 @contextlib.contextmanager
-def loading(quietly: bool) -> Iterator[None]:
-    """Around building a backend: `quietly` (a library call without `progress=True`, which prints nothing),
-    what loading writes to the terminal goes nowhere: the progress bars of transformers, the hub and the
-    GGUF conversion (tqdm binds `sys.stderr` when a bar starts) and anything else the loaders print."""
+def loading(config: BackendConfig, quietly: bool) -> Iterator[None]:
+    """Around building `config`'s backend: `quietly` (a library call without `progress=True`, which prints
+    nothing), what loading writes to the terminal goes nowhere: the progress bars of transformers, the hub
+    and the GGUF conversion (tqdm binds `sys.stderr` when a bar starts) and anything else the loaders print.
+    The backend's module is imported first, outside the redirection: libraries bind their log handlers to
+    `sys.stderr` on import, and one bound to the redirected stream would swallow every later message."""
     if not quietly:
         yield
         return
+    backend_class(config.backend)
     with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
         yield

@@ -95,4 +95,5 @@ def sample_space(args: argparse.Namespace) -> int:
         example = dev[i % len(dev)]
         prompt = render(candidate.spec, example, select_demos(candidate.spec, train))
         write_sample(sys.stdout, i + 1, args.sample, space, task, baseline, candidate, example, prompt)
+    _print_task_notes(task)
     return 0

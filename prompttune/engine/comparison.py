@@ -300,7 +300,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError("--jobs > 1 gives every worker process its own model: pass backend_factory, not a backend")
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data)
     first = draws[seeds[0]]
-    with loading(quietly=not progress):
+    with loading(config, quietly=not progress and backend is None):
         watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(

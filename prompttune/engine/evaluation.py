@@ -247,8 +247,9 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     prompts = load_prompts(config, task, prompts)
     check_paths(config.runs_dir, config.cache)
     passed = backend is not None  # a Backend object the caller passed: reports name it, not the config's model
-    with loading(quietly=not progress):
-        backend = backend or build_backend(config.run_config())
+    if backend is None:
+        with loading(config.run_config(), quietly=not progress):
+            backend = build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     record_code(run_dir)

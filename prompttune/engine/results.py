@@ -169,7 +169,7 @@ class RunResult:
         if self.backend is not None:
             return self.backend
         if self._rebuilt is None:
-            with loading(quietly=True):
+            with loading(self.config, quietly=True):
                 self._rebuilt = build_backend(self.config)
         return self._rebuilt
 

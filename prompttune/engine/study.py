@@ -195,7 +195,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     # signal or an outage, or failed.
     passed_backend = backend  # the caller's, left open; one the run builds is closed when it ends
     with ExitStack() as resources:
-        with loading(quietly=not progress):
+        with loading(config, quietly=not progress and (backend is None or bool(config.proposer_model))):
             backend = backend or resources.enter_context(closing(build_backend(config)))
             proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
                                 if config.proposer_model else backend)
