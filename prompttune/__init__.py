@@ -1,8 +1,8 @@
 """prompttune: prompts as declared, searchable parameters, and only gains that survive a held-out test.
 
 The Python API (`prompttune.api`): `optimize`, `evaluate`, `compare`, `resume`, with `Task` and
-`SearchSpace` for in-memory data and spaces built in Python. Imported on first use, so that
-`import prompttune.<module>` stays light.
+`SearchSpace` for in-memory data and spaces built in Python, the result types, and `Backend` for a model of
+your own. Imported on first use, so that `import prompttune.<module>` stays light.
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ __version__ = importlib.metadata.version("prompttune")  # one source: pyproject.
 _API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
         "resume": "prompttune.api", "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
         "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",
-        "RunResult": "prompttune.engine.results"}
+        "RunResult": "prompttune.engine.results", "EvaluationResult": "prompttune.engine.evaluation",
+        "Comparison": "prompttune.engine.comparison", "Backend": "prompttune.backends.base"}
 
 __all__ = sorted(_API)
+
+
+def __dir__() -> list[str]:
+    """The API is imported on first use, so `dir(prompttune)` (and tab completion) lists it by name."""
+    return sorted({*globals(), *__all__})
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import run_study
+from prompttune.reports import PASSED_BACKEND
 from tests.browser import check_page, chromium_or_skip
 from tests.support import oracle_config, oracle_for
 
@@ -67,4 +68,15 @@ def test_reports_show_importances_and_versions(oracle_run: RunResult) -> None:
     page = (run_dir / "report.html").read_text()
     assert "fANOVA importance" in page and "fANOVA skipped" not in page and "<h2>Versions" in page
     versions = json.loads((run_dir / "verdict.json").read_text())["versions"]
-    assert versions["model"] == oracle_run.config.model and "dspy" not in versions
+    assert versions["model"] == oracle_run.backend.model_id and "dspy" not in versions
+
+
+def test_reports_name_a_backend_passed_in_not_the_default_model(oracle_run: RunResult) -> None:
+    """The oracle was passed as a Backend object: the config's model (the embedded default) never ran."""
+    run_dir, ran = oracle_run.run_dir, oracle_run.backend
+    assert oracle_run.config.model.startswith("embedded:") and ran is not None
+    report, page = (run_dir / "report.md").read_text(), (run_dir / "report.html").read_text()
+    assert f"Model `{ran.model_id}` (CountingBackend, passed in)" in report
+    assert f"Model {ran.model_id} (CountingBackend, passed in)" in page
+    assert oracle_run.config.model not in report + page
+    assert oracle_run.versions[PASSED_BACKEND] == "CountingBackend"

@@ -105,7 +105,7 @@ def test_evaluate_flags_the_classes_a_prompt_loses_against_the_first(tmp_path: P
     assert "### Classes lost against the first prompt" in report and "| 2 | p02 | red (" in report
     assert "## Versions" in report
     summary = json.loads((result.run_dir / "summary.json").read_text())
-    assert summary["per_class"]["logit"]["losses"][0]["label"] == "red" and summary["versions"]["model"] == config.model
+    assert summary["per_class"]["logit"]["losses"][0]["label"] == "red" and summary["versions"]["model"] == result.model_id
     page = (result.run_dir / "report.html").read_text()
     assert "Warning: the p02 prompt loses red (" in page and "<h2>Versions" in page
 

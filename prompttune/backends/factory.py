@@ -4,8 +4,10 @@ options for all of them. A backend class is imported only when chosen."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
-from typing import Any
+import io
+from typing import Any, Iterator
 
 from prompttune.backends.base import Backend
 from prompttune.core.config import BackendConfig
@@ -84,3 +86,18 @@ def check_backend(config: BackendConfig) -> type[Backend]:
 def build_backend(config: BackendConfig) -> Backend:
     """The backend named by `config.backend`, checked first (`check_backend`)."""
     return check_backend(config).from_config(config)
+
+
+@contextlib.contextmanager
+def loading(config: BackendConfig, quietly: bool) -> Iterator[None]:
+    """Around building `config`'s backend: `quietly` (a library call without `progress=True`, which prints
+    nothing), what loading writes to the terminal goes nowhere: the progress bars of transformers, the hub
+    and the GGUF conversion (tqdm binds `sys.stderr` when a bar starts) and anything else the loaders print.
+    The backend's module is imported first, outside the redirection: libraries bind their log handlers to
+    `sys.stderr` on import, and one bound to the redirected stream would swallow every later message."""
+    if not quietly:
+        yield
+        return
+    backend_class(config.backend)
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        yield

@@ -23,6 +23,7 @@ from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import Comparison, resume_compare, run_compare
 from prompttune.engine.plan import plan_compare
 from prompttune.optimizers import OPTIMIZERS
+from prompttune.reports import reports_of
 
 
 def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
@@ -86,14 +87,14 @@ def _compare(args: argparse.Namespace) -> int:
         print_json(comparison_json(result))
         return 1 if failed else 0
     if failed:
-        print(f"fairness check failed: {'; '.join(failed)}; report: {result.run_dir / 'report.md'}")
+        print(f"fairness check failed: {'; '.join(failed)}; reports: {reports_of(result.run_dir)}")
         return 1
     best = max(result.summaries, key=lambda s: s.guarded.accuracy)
     cap = result.caps[0]
     baseline = sum(c.baseline_accuracy for c in result.baselines.values()) / len(result.seeds)
     print(f"{MODES[result.mode]}: {len(result.arms)} optimizers × {len(result.seeds)} seeds at {cap.limit} {cap.unit}: "
           f"best mean guarded test accuracy {best.guarded.accuracy:.3f} ({best.arm}), baseline (mean over seeds) "
-          f"{baseline:.3f}; report: {result.run_dir / 'report.md'}")
+          f"{baseline:.3f}; reports: {reports_of(result.run_dir)}")
     return 0
 
 

@@ -14,6 +14,7 @@ from prompttune.commands.common import (
     print_json,
 )
 from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_evaluation
+from prompttune.reports import reports_of
 
 
 def evaluation_json(result: EvaluationResult) -> dict[str, Any]:
@@ -49,7 +50,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     print(f"{len(result.prompts)} prompts on {len(result.example_ids)} {config.split} examples: "
           f"{result.settings[0].scoring} accuracy {min(first.accuracies):.3f}–{first.max_p:.3f} "
           f"(AvgP {first.avg_p:.3f}, CPS {first.cps:.3f}), {result.ledger.calls} calls; "
-          f"report: {result.run_dir / 'report.md'}")
+          f"reports: {reports_of(result.run_dir)}")
     return 0
 
 

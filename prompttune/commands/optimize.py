@@ -25,6 +25,7 @@ from prompttune.engine.setup import point_latest
 from prompttune.engine.strategies import strategy_options
 from prompttune.engine.study import resume_study, run_study, with_resume_hint
 from prompttune.optimizers import OPTIMIZERS
+from prompttune.reports import reports_of
 
 
 def run_json(result: RunResult) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def _optimize(args: argparse.Namespace) -> int:
             print_json(run_json(result))
             return 0
         print(f"resumed {args.resume}: {result.verdict.summary()}; budget used {result.search_ledger.calls}/"
-              f"{result.search_ledger.cap_calls}; report: {result.run_dir / 'report.md'}")
+              f"{result.search_ledger.cap_calls}; reports: {reports_of(result.run_dir)}")
         return 0
     if args.help_options:
         print(f"options of {args.optimizer} (--option KEY=VALUE):")
@@ -67,7 +68,7 @@ def _optimize(args: argparse.Namespace) -> int:
     leader = result.verdict.leader_confirmation
     print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
           f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
-          f"budget used {result.search_ledger.calls}/{config.budget}; report: {result.run_dir / 'report.md'}")
+          f"budget used {result.search_ledger.calls}/{config.budget}; reports: {reports_of(result.run_dir)}")
     return 0
 
 

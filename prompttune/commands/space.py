@@ -3,7 +3,8 @@
 Without FILE both show the space `optimize --task` searches without `--space`: the one derived around the
 task's prompt (or `--prompt FILE`), else the built-in one. Both load the task with the same split options
 as `optimize`, so `sample` shows exactly the prompts (demos included) that an optimize run with the same
-options would evaluate.
+options would evaluate. Given no split size, they need none: a task file's data too small for the default
+sizes is drawn half, a quarter and a quarter (and the line under the table says so).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from prompttune.commands.common import add_prompt_argument, add_seed_arguments, add_split_arguments
+from prompttune.commands.common import RUN_DEFAULTS, add_prompt_argument, add_seed_arguments, add_split_arguments
 from prompttune.commands.space_report import print_space, write_sample
 from prompttune.core.errors import UserError
 from prompttune.engine.setup import task_space
@@ -33,6 +34,7 @@ def _add_task_options(parser: argparse.ArgumentParser) -> None:
     add_prompt_argument(parser)
     add_seed_arguments(parser)
     add_split_arguments(parser)
+    parser.set_defaults(train_size=None, dev_size=None, test_size=None)  # none given: sizes that fit the data
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,13 +58,27 @@ def _load(args: argparse.Namespace) -> tuple[SearchSpace, Task]:
     if name is None or (args.task is None and name not in BUILTIN):
         raise UserError(f"{args.file}: pass --task (agnews, sst2, trec or a task YAML file)"
                         + (f"; the space was written for {name!r}" if name else ""))
-    task = load_task(name, args.data_dir, SplitSizes(args.train_size, args.dev_size, args.test_size),
-                     args.split_seed)
+    given = {"train": args.train_size, "dev": args.dev_size, "test": args.test_size}
+    sizes = (None if all(size is None for size in given.values()) else
+             SplitSizes(**{split: size if size is not None else getattr(RUN_DEFAULTS, f"{split}_size")
+                           for split, size in given.items()}))
+    task = load_task(name, args.data_dir, sizes, args.split_seed)
     return task_space(task, args.file, args.prompt), task
 
 
+def _print_task_notes(task: Task) -> None:
+    """The split drawn without sizes, and doubts about the data (a label seen once), under the table."""
+    if task.split_note:
+        print(f"task {task.name}: splits train {len(task.splits['train'])} / dev {len(task.splits['dev'])} / "
+              f"test {len(task.splits['test'])}, {task.split_note}")
+    for warning in task.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 def show_space(args: argparse.Namespace) -> int:
-    print_space(*_load(args))
+    space, task = _load(args)
+    print_space(space, task)
+    _print_task_notes(task)
     return 0
 
 
@@ -79,4 +95,5 @@ def sample_space(args: argparse.Namespace) -> int:
         example = dev[i % len(dev)]
         prompt = render(candidate.spec, example, select_demos(candidate.spec, train))
         write_sample(sys.stdout, i + 1, args.sample, space, task, baseline, candidate, example, prompt)
+    _print_task_notes(task)
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -32,10 +33,16 @@ class BackendUnavailable(UserError):
 
 
 def validation_message(exc: ValidationError) -> str:
-    """`key.path: what was expected` for the first error of a file's schema (union branch tags left out)."""
-    err = exc.errors()[0]
+    """`key.path: what was expected` for the first error of a file's schema (union branch tags left out).
+    An unknown key comes first: a misspelt required key (`label_colum`) is the cause of its "Field
+    required", so it is named, with the missing key it resembles."""
+    errors = exc.errors()
+    unknown = [err for err in errors if err["type"] == "extra_forbidden"]
+    err = (unknown or errors)[0]
     where = ".".join(str(p) for p in err["loc"] if "[" not in str(p)) or "<top level>"
     message = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        message = "unknown key (not part of the schema)"
+    if unknown:
+        missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == err["loc"][:-1]]
+        like = difflib.get_close_matches(str(err["loc"][-1]), missing, n=1)
+        message = "unknown key (not part of the schema" + (f"; did you mean {like[0]}?)" if like else ")")
     return f"{where}: {message}"

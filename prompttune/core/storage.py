@@ -6,17 +6,31 @@ import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prompttune.core.errors import UserError
 
+if TYPE_CHECKING:
+    import pandas
+
 
 class TrialStorage(ABC):
+    """The trial log: `load()` gives one dict per trial, `to_pandas()` the same as a table."""
+
     @abstractmethod
     def append(self, trial: dict) -> None: ...
 
     @abstractmethod
     def load(self) -> list[dict]: ...
+
+    def to_pandas(self) -> "pandas.DataFrame":
+        """One row per trial, nested fields (dimensions, spend) flattened into dotted columns."""
+        try:
+            import pandas
+        except ImportError:
+            raise UserError("trials.to_pandas() needs pandas (pip install pandas); trials.load() gives the same "
+                            "trials as a list of dicts") from None
+        return pandas.json_normalize(self.load())
 
 
 class InMemoryStorage(TrialStorage):

@@ -19,6 +19,7 @@ from typing import Any, Callable, Literal, NamedTuple, Sequence
 from rich.console import Console
 
 from prompttune.backends.base import Backend
+from prompttune.backends.factory import loading
 from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
 from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, distinct_draws_check, fairness_checks
@@ -320,7 +321,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError("--jobs > 1 or --executor ray gives every worker its own model: pass backend_factory, not a backend")
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor)
     first = draws[seeds[0]]
-    watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
+    with loading(config, quietly=not progress and backend is None):
+        watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
     run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
     write_atomic(run_dir / "config.json", json.dumps(
         {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
@@ -381,7 +383,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
     comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
                             first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
-                            time.time() - started, equal_spend, run_versions(config, watch, arms))
+                            time.time() - started, equal_spend,
+                            run_versions(config, watch.inner, arms, passed=backend is not None))
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)

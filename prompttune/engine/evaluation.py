@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import BackendConfig, PathText, RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.provenance import record_code
@@ -246,7 +246,10 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     task = task or load_evaluation_task(config)
     prompts = load_prompts(config, task, prompts)
     check_paths(config.runs_dir, config.cache)
-    backend = backend or build_backend(config.run_config())
+    passed = backend is not None  # a Backend object the caller passed: reports name it, not the config's model
+    if backend is None:
+        with loading(config.run_config(), quietly=not progress):
+            backend = build_backend(config.run_config())
     run_dir = make_run_dir(config.run_config(), task.name)
     (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
     record_code(run_dir)
@@ -284,7 +287,8 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
                                 rank_agreement(a, b))
     result = EvaluationResult(run_dir, config, task, prompts, ids, results, comparison, ensembles,
                               base if ensembles is not None else None, posix, ledger, backend.model_id,
-                              time.time() - started, run_versions(config.run_config(), backend))
+                              time.time() - started, run_versions(config.run_config(), backend,
+                                                                              passed=passed))
     write_outputs(result)
     write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
     if progress:

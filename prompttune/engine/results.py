@@ -5,19 +5,27 @@ Reports (`prompttune.reports`) and `compare` read these types; nothing here talk
 
 from __future__ import annotations
 
+import hashlib
+import html
 import json
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from prompttune.backends.base import Backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Prompt
 from prompttune.engine.export import as_json, as_text, template
+from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict
+from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import GenerationCheck
+from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
@@ -104,6 +112,19 @@ class RunResult:
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
     per_class: PerClass | None = None  # per-class test figures and the classes lost beyond --class-loss-margin
     versions: dict[str, str] = field(default_factory=dict)  # what produced the run (engine.study.run_versions)
+    labels: tuple[str, ...] = ()  # the task's label names: what a record's prediction indexes
+    split_sizes: dict[str, int] = field(default_factory=dict)  # train, dev, test examples
+    split_note: str = ""  # how the splits were drawn when no sizes were given (Task.split_note)
+    data_warnings: tuple[str, ...] = ()  # doubts about the data (a label seen once): shown, reported, not refused
+    advice: tuple[str, ...] = ()  # one-line suggestions the run made (critique_advice: --proposer-model)
+    backend: Backend | None = field(default=None, repr=False)  # a Backend object passed in: the caller's, still open
+    _rebuilt: Backend | None = field(default=None, init=False, repr=False)  # predict's own, after the run closed its
+
+    def __repr__(self) -> str:
+        """One line (the dataclass's own would print every train example)."""
+        c = self.confirmation
+        return (f"<RunResult {self.config.task} · {self.config.optimizer}: baseline {c.baseline_accuracy:.3f}, "
+                f"shipped {c.best_accuracy:.3f} on {c.n} test examples; {self.verdict.summary()}>")
 
     def prompt(self, candidate: Candidate) -> TunedPrompt:
         return TunedPrompt(candidate, tuple(select_demos(candidate.spec, self.train)), self.to_text,
@@ -132,6 +153,85 @@ class RunResult:
     def to_dspy(self) -> "dspy.Predict":
         """The shipped prompt as a `dspy.Predict` program."""
         return self.shipped.to_dspy()
+
+    @property
+    def serving(self) -> str:
+        """How production is to serve the shipped prompt, as the verdict scored it: the run's serving contract
+        where the config declares one, else its scoring."""
+        contract = getattr(self.config, "serve", None)
+        if contract is not None:
+            return f"serving contract {contract}"
+        return f"scored by {scored_by(self.config.scoring)} (scoring {self.config.scoring})"
+
+    def _serving_backend(self) -> Backend:
+        """The backend `predict` asks: the one passed to the run, else the run's own, built again from its config
+        (the run closed it when it finished) and kept until `close()`."""
+        if self.backend is not None:
+            return self.backend
+        if self._rebuilt is None:
+            with loading(self.config, quietly=True):
+                self._rebuilt = build_backend(self.config)
+        return self._rebuilt
+
+    def predict(self, inputs: Mapping[str, Any] | str) -> str | None:
+        """The shipped prompt's label for one input, scored as the verdict scored the test split (the same
+        rendering, demos, label words, offsets and scoring) on the run's backend: a {field: text} mapping, or
+        the text itself for a task with one input field. None when a generated answer names no label."""
+        fields = self._input(inputs)
+        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        example = Example(f"predict-{digest}", fields, 0)  # the gold label is unknown and unused
+        with closing(ResultCache()) as cache:
+            evaluator = Evaluator(self._serving_backend(), {example.id: example}, self.train, cache, BudgetLedger(),
+                                  scoring=self.config.scoring)
+            record = evaluator.evaluate(self.verdict.shipped.spec, [example.id])[0]
+        return None if record.pred is None else self.labels[record.pred]
+
+    def _input(self, inputs: Mapping[str, Any] | str) -> dict[str, str]:
+        if isinstance(inputs, str):
+            if len(self.input_fields) != 1:
+                raise UserError(f"predict: this task has {len(self.input_fields)} input fields "
+                                f"({', '.join(self.input_fields)}); pass a dict with each")
+            return {self.input_fields[0]: inputs}
+        if missing := [name for name in self.input_fields if name not in inputs]:
+            raise UserError(f"predict: the input lacks the field(s) {', '.join(missing)}")
+        return {name: str(inputs[name]) for name in self.input_fields}
+
+    def close(self) -> None:
+        """Release the backend `predict` built (a backend passed to the run stays the caller's to close)."""
+        if self._rebuilt is not None:
+            self._rebuilt.close()
+            self._rebuilt = None
+
+    def _figures(self) -> list[tuple[str, str]]:
+        """What `summary()` and the notebook display show, as (what, value) rows."""
+        c = self.confirmation
+        shipped = "the baseline" if self.verdict.shipped.id == self.baseline.id else f"candidate {self.verdict.shipped.id}"
+        sizes = " / ".join(f"{name} {n}" for name, n in self.split_sizes.items())
+        return [("task", f"{self.config.task} · optimizer {self.config.optimizer} · seed {self.config.seed}"),
+                ("model", self.versions.get("model", self.config.model)),
+                ("serving", self.serving),
+                ("splits", sizes + (f" ({self.split_note})" if self.split_note else "")),
+                ("baseline test accuracy", f"{c.baseline_accuracy:.3f}"),
+                ("shipped test accuracy", f"{c.best_accuracy:.3f} ({shipped}, {c.n} test examples)"),
+                ("verdict", self.verdict.summary()),
+                ("budget", f"{self.search_ledger.calls}/{self.search_ledger.cap_calls} search calls"),
+                *[("warning", warning) for warning in self.data_warnings],
+                *[("note", note) for note in self.advice]]
+
+    def summary(self) -> str:
+        """The run in a few lines: model, serving, splits, the baseline's and the shipped prompt's test accuracy,
+        the verdict and its budget."""
+        return "\n".join(f"{what}: {value}" for what, value in self._figures())
+
+    def _repr_markdown_(self) -> str:
+        escaped_pipe = r"\|"  # a pipe inside a Markdown table cell
+        rows = [f"| {what} | {value.replace('|', escaped_pipe)} |" for what, value in self._figures()]
+        return "\n".join(["**prompttune run**", "", "| | |", "| --- | --- |", *rows])
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(what)}</th><td style='text-align:left'>"
+                       f"{html.escape(value)}</td></tr>" for what, value in self._figures())
+        return f"<table><caption>prompttune run</caption>{rows}</table>"
 
     def save(self, path: str | Path) -> Path:
         """Write the shipped prompt to the folder `path`: prompt.txt (the template as scored) and

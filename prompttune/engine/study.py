@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from prompttune import __version__
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import (
@@ -67,6 +67,7 @@ from prompttune.evaluation.serving import check_generation
 from prompttune.objectives import Objective, get_objective
 from prompttune.optimizers.base import SearchContext
 from prompttune.optimizers.proposer import Proposer
+from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
 from prompttune.reports.html_report import write_html_report
@@ -127,15 +128,30 @@ def checked_search(config: RunConfig, task: Task, space: SearchSpace, objective:
     return visible, context, build_strategy
 
 
-def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] = ()) -> dict[str, str]:
+def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] = (),
+                 passed: bool = False) -> dict[str, str]:
     """What produced the run, so whoever ships its prompt can reproduce it: prompttune, the model and how it
     was served, and DSPy's release when a DSPy optimizer searched (the run's, or one of `optimizers`: a
-    comparison's arms)."""
-    versions = {"prompttune": __version__, "model": config.model, "dtype": config.dtype, "backend": config.backend,
-                "backend description": backend.describe()}
+    comparison's arms). A Backend object `passed` to the API is named by its own model and class: the
+    config's model, dtype and backend are then defaults nothing ran."""
+    versions = ({"prompttune": __version__, "model": backend.model_id, PASSED_BACKEND: type(backend).__name__,
+                 "backend description": backend.describe()} if passed else
+                {"prompttune": __version__, "model": config.model, "dtype": config.dtype, "backend": config.backend,
+                 "backend description": backend.describe()})
     if any(name in DSPY_ARMS for name in (config.optimizer, *optimizers)):
         versions["dspy"] = importlib.metadata.version("dspy")
     return versions
+
+
+def critique_advice(config: RunConfig, critique: str) -> str:
+    """The one line a run says when its proposer's critiques are not usable (`Proposer.critique`): who wrote
+    them, and the option that lets a stronger model write them."""
+    shown = repr(critique[:60] + ("…" if len(critique) > 60 else "")) if critique else "an empty answer"
+    if config.proposer_model:
+        return (f"--proposer-model {config.proposer_model} wrote a critique that is not usable ({shown}); "
+                "a stronger --proposer-model writes better ones")
+    return (f"the proposer's critiques are not usable ({shown}): the task model {config.model} writes them; "
+            "--proposer-model MODEL lets a stronger model write them (the task model still answers)")
 
 
 def _progress(console: Console, shown: bool) -> Progress | nullcontext:
@@ -177,12 +193,19 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     visible, context, build_strategy = checked_search(config, task, space, objective)
     # Backends, signal handlers and cache are released however the run ends: finished, stopped by a
     # signal or an outage, or failed.
+    passed_backend = backend  # the caller's, left open; one the run builds is closed when it ends
     with ExitStack() as resources:
-        backend = backend or resources.enter_context(closing(build_backend(config)))
-        proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
-                            if config.proposer_model else backend)
+        with loading(config, quietly=not progress and (backend is None or bool(config.proposer_model))):
+            backend = backend or resources.enter_context(closing(build_backend(config)))
+            proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
+                                if config.proposer_model else backend)
         counts_at_start = backend.server_counts()
         console.print(backend.describe())
+        if task.split_note:
+            console.print(f"task {task.name}: splits train {len(task.splits['train'])} / dev {len(task.splits['dev'])} "
+                          f"/ test {len(task.splits['test'])}, {task.split_note}", markup=False)
+        for warning in task.warnings:
+            console.print(f"warning: {warning}", markup=False)
         train = {ex.id: ex for ex in visible.splits["train"]}
         check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
@@ -218,8 +241,15 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
         evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
                               scoring=config.scoring)
+        advice: list[str] = []
+
+        def advise(critique: str) -> None:
+            advice.append(critique_advice(config, critique))
+            console.print(f"note: {advice[-1]}", markup=False)
+
         strategy = build_strategy(Setting(config, context, visible, evaluator,
-                                          Proposer(proposer_backend, evaluator.meter), run_dir))
+                                          Proposer(proposer_backend, evaluator.meter, on_unusable_critique=advise),
+                                          run_dir))
         storage: TrialStorage = JsonlStorage(run_dir / "trials.jsonl") if run_dir else InMemoryStorage()
         baseline = strategy.baseline
         test = task.splits["test"]
@@ -261,7 +291,10 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                            confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
                            strategy, storage, resumed, servers(), generation_check=generation,
                            per_class=per_class(verdict, task.labels, config.class_loss_margin),
-                           versions=run_versions(config, backend),
+                           versions=run_versions(config, backend, passed=passed_backend is not None),
+                           labels=tuple(task.labels), split_note=task.split_note,
+                           split_sizes={name: len(task.splits[name]) for name in ("train", "dev", "test")},
+                           data_warnings=tuple(task.warnings), backend=passed_backend, advice=tuple(advice),
                            prompt_tokens={role: tokens_of(backend, candidate, train) for role, candidate in
                                           (("baseline", baseline), ("shipped", verdict.shipped),
                                            ("dev winner", verdict.dev_winner))})

@@ -94,7 +94,9 @@ class SplitErrorCritique(IncumbentSearch):
 
     def _critique(self, direction: Direction) -> str:
         shown = "\n".join(f"- {self.example_text(r.example_id)}" for r in self._pick(direction.errors))
-        return self.proposer(critique_request(direction, self.incumbent.spec.label_words, shown, self._instruction()))
+        words = self.incumbent.spec.label_words
+        return self.proposer.critique(critique_request(direction, words, shown, self._instruction()), self._instruction(),
+                                      words)
 
     def _instruction(self) -> str:
         return shown_instruction(self.incumbent.spec.instruction, self.incumbent.spec.label_words)

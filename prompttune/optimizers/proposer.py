@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.types import GenerateRequest, Prompt
@@ -15,10 +15,17 @@ from prompttune.evaluation.metering import Meter, generate_values
 class Proposer:
     """Instruction writing and critiques, through the run's `Meter` like any model call: cached by
     model, prompt and decoding settings (`max_new_tokens`, temperature and seed), reserved on the
-    search ledger before it runs, and charged once to a run that resumes or shares a `--cache`."""
+    search ledger before it runs, and charged once to a run that resumes or shares a `--cache`.
 
-    def __init__(self, backend: Backend, meter: Meter, max_new_tokens: int = 64) -> None:
+    `on_unusable_critique(text)` hears of the first critique that is not usable (`usable_critique`), once
+    per proposer (one per run): a small task model writing its own critiques is the usual cause, and the
+    run can say so in one line."""
+
+    def __init__(self, backend: Backend, meter: Meter, max_new_tokens: int = 64,
+                 on_unusable_critique: Callable[[str], None] | None = None) -> None:
         self.backend, self.meter, self.max_new_tokens = backend, meter, max_new_tokens
+        self.on_unusable_critique = on_unusable_critique
+        self.unusable_critiques = 0
 
     def __call__(self, request: str, max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int = 0) -> str:
@@ -34,6 +41,25 @@ class Proposer:
         [value], _ = self.meter.run([key], "propose", [request], self.backend.token_bounds,
                                     partial(generate_values, self.backend))
         return value["text"]
+
+    def critique(self, request: str, instruction: str, label_words: Sequence[str]) -> str:
+        """The critic's answer to `request` about `instruction`, on one line (as reports show it)."""
+        feedback = " ".join(self(request).split())
+        if not usable_critique(feedback, instruction, label_words):
+            self.unusable_critiques += 1
+            if self.unusable_critiques == 1 and self.on_unusable_critique is not None:
+                self.on_unusable_critique(feedback)
+        return feedback
+
+
+def usable_critique(text: str, instruction: str, label_words: Sequence[str]) -> bool:
+    """A critique an edit can follow: three words or more, on the task: naming a label word, or a word of
+    four letters or more of the instruction (an empty answer, or a model rambling on about something else,
+    names none)."""
+    topic = ({word for word in re.findall(r"[a-z]{4,}", instruction.lower())}
+             | {word for label in label_words for word in re.findall(r"[a-z]+", label.lower())}
+             | {"instruction", "label", "labels"})
+    return len(text.split()) >= 3 and bool(set(re.findall(r"[a-z]+", text.lower())) & topic)
 
 
 def clean_instruction(text: str) -> str:

@@ -613,7 +613,7 @@ class ReflectiveRace(Optimizer):
                           f"'{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats)"
                           for r in direction.errors[: self.options.shown_errors])
         instruction = shown_instruction(spec.instruction, words)
-        feedback = " ".join(self.proposer(critique_request(direction, words, shown, instruction)).split())
+        feedback = self.proposer.critique(critique_request(direction, words, shown, instruction), instruction, words)
         self.critiques.append(f"{direction.kind.upper()} {words[direction.label]}: {feedback}")
         reply = self.proposer(edit_request(instruction, feedback, sorted(self.written)[-3:], words))
         self.written.add(clean_instruction(reply))

@@ -16,7 +16,7 @@ from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores, SeedPair
 from prompttune.evaluation.per_class import PerClass
-from prompttune.reports import ci_text
+from prompttune.reports import ci_text, model_name, reports_of
 from prompttune.reports.optimize_report import lost_classes, versions_lines
 
 if TYPE_CHECKING:
@@ -241,7 +241,8 @@ def write_report(comparison: "Comparison") -> None:
         f"{matched.unit} · "
         f"{len(c.seeds)} seed(s)",
         "",
-        f"Model `{config.model}`, scoring `{config.scoring}` for every arm's search and held-out verdict; "
+        f"Model `{model_name(config.model, c.versions)}`, scoring `{config.scoring}` for every arm's search and "
+        "held-out verdict; "
         f"splits {task_sizes}, each seed on its own draw shared by all its arms (optimizer seed → split seed: "
         f"{', '.join(f'{seed} → {c.split_seeds[seed]}' for seed in c.seeds)}). Wall time {c.wall_seconds:.0f} s.",
         "",
@@ -360,4 +361,4 @@ def print_summary(comparison: "Comparison", console: Console) -> None:
     for check in c.checks:
         console.print(f"[{colour[check.status]}]{MARK[check.status]}[/] {escape(check.claim)}"
                       + ("" if check.ok else f" ({escape(check.detail)})"), highlight=False)
-    console.print(f"report: {c.run_dir / 'report.md'}")
+    console.print(f"reports: {reports_of(c.run_dir)}")

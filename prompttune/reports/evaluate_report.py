@@ -17,7 +17,7 @@ from rich.table import Table
 
 from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import sensitivity_quantiles
-from prompttune.reports import ci_text
+from prompttune.reports import ci_text, model_name
 from prompttune.reports.optimize_report import lost_classes, versions_lines
 
 if TYPE_CHECKING:
@@ -177,7 +177,8 @@ def write_report(result: "EvaluationResult") -> None:
     lines = [
         f"# prompttune evaluate: {result.task.name} · {len(result.prompts)} prompts · {config.split} split "
         f"· seed {config.seed}", "",
-        f"Model `{config.model}` (`{result.model_id}`); {len(result.example_ids)} {config.split} examples "
+        f"Model `{model_name(config.model, result.versions)}` (`{result.model_id}`); {len(result.example_ids)} "
+        f"{config.split} examples "
         f"(stratified, fixed by the seed); {source}; label words of the first prompt: {words}. Nothing was "
         f"selected on these examples, but the best of {len(result.prompts)} prompts (MaxP) is still an "
         f"optimistic number: read it next to AvgP and the spread.", "",

@@ -8,8 +8,7 @@ from typing import Callable
 
 from prompttune.core.errors import UserError
 from prompttune.core.storage import write_atomic
-
-PAGE = "report.html"
+from prompttune.reports import HTML_PAGE as PAGE
 
 
 def run_kind(run_dir: Path) -> str:

@@ -20,7 +20,7 @@ from prompttune.objectives.stats import (
     selection_bias_scale,
     smallest_confirmable_gain,
 )
-from prompttune.reports import ci_text
+from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 
 if TYPE_CHECKING:
@@ -295,10 +295,13 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
     lines = [
         f"# prompttune run: {task.name} · {config.optimizer} · seed {config.seed}",
         "",
-        f"Model `{config.model}` ({config.backend}, {config.dtype}), scoring `{config.scoring}`, "
+        f"Model {model_phrase(config.model, config.backend, config.dtype, result.versions)}, "
+        f"scoring `{config.scoring}`, "
         f"objective `{config.objective}`; splits train {len(task.splits['train'])} / dev {n_dev} / "
-        f"test {len(task.splits['test'])}.",
+        f"test {len(task.splits['test'])}" + (f" ({task.split_note})" if task.split_note else "") + ".",
         "",
+        *[line for warning in task.warnings for line in (f"**Warning: {warning}.**", "")],
+        *[line for note in result.advice for line in (f"Note: {note}.", "")],
         *([f"**Interrupted and resumable: a signal stopped the search after {o.n_trials} trials and "
            f"{ledger.calls} of {ledger.cap_calls} calls. What follows is the interim held-out verdict of the "
            f"best candidate so far, tested at half the α the run had left; `optimize --resume {result.run_dir}` "

@@ -11,10 +11,11 @@ from prompttune.tasks.user_prompt import UserPrompt
 
 
 def load_task(name_or_path: str, data_dir: str | Path | None = None,
-              sizes: SplitSizes = SplitSizes(), seed: int = 0) -> Task:
-    """A built-in name (agnews, sst2, trec) or the path of a task YAML file."""
+              sizes: SplitSizes | None = None, seed: int = 0) -> Task:
+    """A built-in name (agnews, sst2, trec) or the path of a task YAML file. Without `sizes`, the
+    default sizes (a task file's data too small for them: half, a quarter and a quarter of it)."""
     if name_or_path in BUILTIN:
-        return load_builtin(name_or_path, data_dir, sizes, seed)
+        return load_builtin(name_or_path, data_dir, sizes or SplitSizes(), seed)
     if name_or_path.endswith((".yaml", ".yml")):
         if not Path(name_or_path).is_file():
             raise UserError(f"task file {name_or_path} not found")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -21,7 +23,9 @@ class Task:
 
     `verbalizers[i]` lists candidate words for label `i`; the first one is the default. `prompt` is the
     user's own prompt, the baseline of the space derived around it; `description` is the baseline instruction
-    of the built-in space of a task that has none of its own.
+    of the built-in space of a task that has none of its own. `split_note` says how the splits were drawn
+    when no sizes were given (so a caller can state it); `warnings` are doubts about the data (a label
+    seen once) that a run shows and reports rather than refuses.
     """
 
     name: str
@@ -33,6 +37,16 @@ class Task:
     kind: str = "classification"
     meta: dict[str, str] = field(default_factory=dict)
     prompt: UserPrompt | None = None
+    split_note: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        """One line a notebook can show: labels, fields and the split it made (not thousands of examples)."""
+        sizes = " / ".join(f"{name} {len(self.splits[name])}" for name in SPLITS if name in self.splits)
+        note = f" ({self.split_note})" if self.split_note else ""
+        doubts = "".join(f"; warning: {warning}" for warning in self.warnings)
+        return (f"Task({self.name!r}: labels {', '.join(self.labels)}; input {', '.join(self.input_fields)}; "
+                f"{sizes}{note}{doubts})")
 
     def split(self, name: SplitName) -> list[Example]:
         return self.splits[name]
@@ -46,6 +60,8 @@ class Task:
         >>> task = Task.from_records(rows, label="label")
         >>> task.labels, {name: len(split) for name, split in task.splits.items()}
         (['blue', 'red'], {'test': 2, 'dev': 2, 'train': 4})
+        >>> task.split_note
+        'drawn stratified from 8 rows: half train, a quarter dev, a quarter test; split seed 0'
         """
         return task_from_records(records, **options)
 
@@ -68,6 +84,22 @@ class SplitSizes:
     train: int = 1000
     dev: int = 300
     test: int = 1000
+
+    @classmethod
+    def shares_of(cls, rows: int) -> "SplitSizes":
+        """Half train, a quarter dev, a quarter test of `rows`: the split of data given without sizes."""
+        return cls(rows - 2 * (rows // 4), rows // 4, rows // 4)
+
+    @classmethod
+    def fitting(cls, rows: int) -> "SplitSizes":
+        """The default sizes where one pool of `rows` holds them all, else `shares_of(rows)`."""
+        default = cls()
+        return default if default.train + default.dev + default.test <= rows else cls.shares_of(rows)
+
+
+def shares_note(rows: int, seed: int) -> str:
+    """How `SplitSizes.shares_of` drew the splits, in words a run can print."""
+    return f"drawn stratified from {rows} rows: half train, a quarter dev, a quarter test; split seed {seed}"
 
 
 def stratified_sample(examples: list[Example], n: int, rng: np.random.Generator) -> list[Example]:
@@ -124,6 +156,21 @@ def check_labels(name: str, labels: list[str], examples: list[Example]) -> None:
     missing = [labels[i] for i in range(len(labels)) if i not in present]
     if missing:
         raise UserError(f"task {name!r}: labels absent from the data: {', '.join(missing)}")
+
+
+def rare_label_warnings(name: str, values: Sequence[str]) -> list[str]:
+    """A label value seen in one row only is most often a typo (`biling` beside `billing`): it becomes a
+    class of its own that no split can teach or test, so name it, and the label it looks like."""
+    counts = Counter(values)
+    warnings = []
+    for value, n in sorted(counts.items()):
+        if n != 1:
+            continue
+        others = [other for other in counts if other != value and counts[other] > 1]
+        like = difflib.get_close_matches(value, others, n=1, cutoff=0.6)
+        hint = f"; a typo of {like[0]!r} ({counts[like[0]]} rows)?" if like else ""
+        warnings.append(f"task {name!r}: label {value!r} occurs in one row only{hint}")
+    return warnings
 
 
 Records = Iterable[Mapping[str, Any]] | Any  # a pandas DataFrame counts too
@@ -196,6 +243,7 @@ def task_from_records(records: Records | None = None, *, label: str, text: str |
 
     pools = {pool: [example(row, i, pool) for i, row in enumerate(rows)] for pool, rows in pools_rows.items()}
     check_labels(name, label_names, [ex for exs in pools.values() for ex in exs])
+    note = ""
     if records is None:
         splits = pools
     elif split:
@@ -206,8 +254,10 @@ def task_from_records(records: Records | None = None, *, label: str, text: str |
             splits[str(row[split])].append(ex)
     else:
         n = len(pools["all"])
-        sizes = sizes or SplitSizes(n - 2 * (n // 4), n // 4, n // 4)
-        splits = make_splits({s: pools["all"] for s in SPLITS}, sizes, seed, name)
+        note = "" if sizes else shares_note(n, seed)  # the API states the split it made
+        splits = make_splits({s: pools["all"] for s in SPLITS}, sizes or SplitSizes.shares_of(n), seed, name)
     if empty := [s for s in SPLITS if not splits[s]]:
         raise UserError(f"task {name!r}: split {empty[0]!r} is empty")
-    return Task(name, label_names, [words[k] for k in label_names], columns, splits, description)
+    return Task(name, label_names, [words[k] for k in label_names], columns, splits, description,
+                split_note=note,
+                warnings=rare_label_warnings(name, [str(row[label]) for row in every]))

@@ -14,7 +14,16 @@ from pydantic import ConfigDict, Field, ValidationError, field_validator
 from prompttune.core.errors import UserError, validation_message
 from prompttune.core.types import Example
 from prompttune.core.yamlio import load_yaml
-from prompttune.tasks.base import SplitSizes, Task, check_labels, check_verbalizers, label_words, make_splits
+from prompttune.tasks.base import (
+    SplitSizes,
+    Task,
+    check_labels,
+    check_verbalizers,
+    label_words,
+    make_splits,
+    rare_label_warnings,
+    shares_note,
+)
 from prompttune.tasks.user_prompt import PromptSource
 
 _SPLIT_ALIASES = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "val": "dev",
@@ -101,6 +110,8 @@ def _read_rows(path: Path, fmt: str, delimiter: str | None, needed: set[str]) ->
         return rows
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter or ("\t" if fmt == "tsv" else ","))
     header = next(reader, [])
+    if not header and not text.strip():
+        return rows  # an empty file: "has no data rows", not a header that lacks every column
     if missing := needed - set(header):
         raise UserError(f"{path}: columns missing from the header: {', '.join(sorted(missing))}")
     for fields in reader:
@@ -121,7 +132,9 @@ def _parse_spec(path: Path) -> TaskFile:
         raise UserError(f"{path}: {validation_message(exc)}") from exc
 
 
-def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
+def load_custom(path: str | Path, sizes: SplitSizes | None, seed: int) -> Task:
+    """The task a YAML file describes. `sizes=None` (a caller given no sizes, as `space show`): a
+    split column's splits whole, else `SplitSizes.fitting` the data, stated in `split_note`."""
     path = Path(path)
     spec = _parse_spec(path)
     data_path = (path.parent / spec.data).resolve()
@@ -156,7 +169,13 @@ def load_custom(path: str | Path, sizes: SplitSizes, seed: int) -> Task:
                 raise UserError(f"{path}: unknown split value {row[spec.split_column]!r} "
                                 f"(use train, dev/validation, test)")
             pools[split].append(ex)
+        note = "the data's split column, each split whole" if sizes is None else ""
+        sizes = sizes or SplitSizes(*(len(pools[name]) for name in ("train", "dev", "test")))
     else:
         pools = {"train": examples, "dev": examples, "test": examples}
+        fitted = SplitSizes.fitting(len(examples))
+        note = shares_note(len(examples), seed) if sizes is None and fitted != SplitSizes() else ""
+        sizes = sizes or fitted
     return Task(spec.name, label_names, [words[name] for name in label_names], list(columns),
-                make_splits(pools, sizes, seed, spec.name), spec.description, prompt=spec.user_prompt(str(path)))
+                make_splits(pools, sizes, seed, spec.name), spec.description, prompt=spec.user_prompt(str(path)),
+                split_note=note, warnings=rare_label_warnings(spec.name, [r[spec.label_column] for r in rows]))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prompttune.core.storage import read_json
 from prompttune.evaluation.per_class import PerClass
-from prompttune.reports import ci_text
+from prompttune.reports import ci_text, model_name
 from prompttune.reports.compare_report import (
     CLASS_FLAG_HEADER,
     CLASS_FLAG_NOTE,
@@ -130,7 +130,8 @@ def compare_page(run_dir: Path) -> str:
         para("Generated from summary.json and config.json; the McNemar tests between the leading arms and the DSPy "
              "notes are in report.md.", "note"),
     ]
-    subtitle = (f"{summary['headline'].capitalize()}. Model {run['model']}, scoring {run['scoring']}; "
+    model = model_name(run["model"], summary.get("versions", {}))
+    subtitle = (f"{summary['headline'].capitalize()}. Model {model}, scoring {run['scoring']}; "
                 f"{matched['unit']}-matched: cap {matched['limit']} search {matched['unit']} per run; "
                 f"splits train {run['train_size']} / dev {run['dev_size']} / test {run['test_size']} shared by all "
                 f"arms; seeds {', '.join(map(str, config['seeds']))}.")

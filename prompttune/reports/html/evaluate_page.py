@@ -9,7 +9,7 @@ import numpy as np
 from prompttune.core.storage import read_json
 from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import top_two_gap
-from prompttune.reports import ci_text
+from prompttune.reports import ci_text, model_name
 from prompttune.reports.evaluate_report import (
     CLASS_LOSS_HEADER,
     CLASS_LOSS_NOTE,
@@ -97,6 +97,7 @@ def evaluate_page(run_dir: Path) -> str:
               *versions_section(summary),
               para("Generated from prompts.jsonl, records.jsonl and summary.json; prompt texts are in report.md.",
                    "note")]
-    subtitle = (f"Model {config['model']}; {len(prompts)} prompts on {n_examples} {config['split']} examples; "
+    model = model_name(config["model"], summary.get("versions", {}))
+    subtitle = (f"Model {model}; {len(prompts)} prompts on {n_examples} {config['split']} examples; "
                 f"seed {config['seed']}.")
     return document(f"prompttune evaluate: {Path(config['task']).stem} · {len(prompts)} prompts", subtitle, parts)

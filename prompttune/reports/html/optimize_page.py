@@ -17,7 +17,7 @@ from prompttune.core.storage import read_json
 from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import GenerationCheck, scored_by
 from prompttune.objectives.stats import wilson_ci
-from prompttune.reports import ci_text
+from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.html.facts import FACTS, run_status
 from prompttune.reports.html.page import (
     Html,
@@ -368,7 +368,8 @@ def optimize_page(run_dir: Path) -> str:
               para(f"Generated from {run_dir.name}/ (config.json, trials.jsonl, verdict.json, test_records.jsonl, "
                    "the prompt files); the same numbers in words: report.md.", "note")]
     splits = facts["splits"]
-    subtitle = (f"Model {config['model']} ({config['backend']}, {config['dtype']}), scoring {config['scoring']}, "
+    model = model_phrase(config["model"], config["backend"], config["dtype"], facts.get("versions", {}))
+    subtitle = (f"Model {model.replace('`', '')}, scoring {config['scoring']}, "
                 f"objective {config['objective']}; splits train {splits['train']} / dev {splits['dev']} / "
                 f"test {splits['test']}; budget {config['budget']} calls.")
     return document(f"prompttune run: {facts['task']} · {config['optimizer']} · seed {config['seed']}", subtitle, parts)
