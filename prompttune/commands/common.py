@@ -133,8 +133,15 @@ def parse_option(text: str) -> tuple[str, object]:
     return key.strip(), option_value(text, value)
 
 
+YAML11_WORDS = {"on", "off", "yes", "no", "y", "n"}
+"""Words YAML 1.1 reads as booleans: kept as text, so `calibration=off` names the choice "off" (a bool option still
+reads them as pydantic does: "off" is False)."""
+
+
 def option_value(option: str, value: str) -> object:
-    """An --option value read as YAML (`3`, `true`, `[a, b]`)."""
+    """An --option value read as YAML (`3`, `true`, `[a, b]`), but for the words in YAML11_WORDS."""
+    if value.strip().lower() in YAML11_WORDS:
+        return value.strip()
     try:
         return yaml.safe_load(value)
     except yaml.YAMLError as exc:

@@ -15,6 +15,7 @@ from prompttune.comparing.arms import DSPY_ARMS, ArmRun
 from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, ArmSummary, Scores, SeedPair, p_text
+from prompttune.comparing.variants import optimizer_of
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text
 from prompttune.reports.optimize_report import lost_classes, versions_lines
@@ -133,7 +134,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _dspy_section(comparison: "Comparison") -> list[str]:
-    runs = [r for r in comparison.runs if r.arm in DSPY_ARMS]
+    runs = [r for r in comparison.runs if optimizer_of(r.arm, comparison.options) in DSPY_ARMS]
     if not runs:
         return []
     lines = ["## How the DSPy arms ran", "",
