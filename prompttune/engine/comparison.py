@@ -20,7 +20,15 @@ from rich.console import Console
 from prompttune.backends.base import Backend
 from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
-from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, distinct_draws_check, fairness_checks
+from prompttune.comparing.fairness import (
+    Cap,
+    Check,
+    ModelWatch,
+    caps_of,
+    distinct_draws_check,
+    fairness_checks,
+    reporting_pool_check,
+)
 from prompttune.comparing.plot import plot_anytime
 from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedPair, pairwise, seed_pairs, summarize
 from prompttune.comparing.variants import optimizer_of
@@ -52,6 +60,7 @@ from prompttune.reports.html_report import write_html_report
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
+from prompttune.tasks.builtin import tuning_pool
 
 
 def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
@@ -363,6 +372,8 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     tasks = {seed: bench.task for seed, bench in benches.items()}
     checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
+    if config.pool == "reporting" and data is None:
+        checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
     comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
                             first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
                             time.time() - started, equal_spend,
