@@ -78,3 +78,18 @@ def test_a_bad_variant_is_one_line_before_any_model_loads(optimizers: str, messa
 def test_parse_arms_refuses_before_the_engine() -> None:
     with pytest.raises(UserError, match="variant name 'sh'"):
         parse_arms("sh=random:batch=2")
+
+
+def test_a_variant_whose_options_hold_calibration_is_shown_holding_it(tmp_path: Path) -> None:
+    from prompttune.comparing.coverage import plan_coverage
+    from prompttune.search_spaces import default_space
+    from tests.support import oracle_config, task_of
+
+    task = task_of(oracle_config(tmp_path))
+    options = {"reflect-nocal": {"optimizer": "reflect", "calibration": "off"}}
+    coverage = plan_coverage(["reflect", "reflect-nocal"], default_space(task), "native", options)
+    assert any("calibrates" in text for text in coverage["reflect"].searched)
+    assert not any("calibrates" in text for text in coverage["reflect-nocal"].searched)
+    assert "calibration (its options hold it)" in coverage["reflect-nocal"].held
+    assert coverage["reflect-nocal"].options == {"calibration": "off"}
+    assert coverage["reflect"].searched[:-1] == coverage["reflect-nocal"].searched  # the rest searched alike

@@ -156,12 +156,17 @@ def _coverage(arm: str, space: SearchSpace, mode: str, options: Mapping[str, Map
     reach, given = REACH[optimizer_of(arm, options)], arm_options(arm, options)
     dims = [d for d in _searchable(reach, space) if shared is None or d.name in shared]
     declared = {aspect_of(d) for d in dims} - {None}
-    used = [a for a in reach.writes if mode == "native" or a in declared]
+    # An aspect the space does not declare and the arm's own options hold at the baseline (a variant such as
+    # reflect with calibration=off): held, as same-space mode would hold it.
+    by_options = [a for a in reach.holds if a not in declared
+                  and all(given.get(key) == value for key, value in reach.holds[a].items())]
+    used = [a for a in reach.writes if (mode == "native" or a in declared) and a not in by_options]
     held_aspects = [a for a in reach.writes if a not in used]
     searched = [f"{d.name} ({WRITES[aspect_of(d)]})" if aspect_of(d) in used else d.name for d in dims]
     held = [d.name for d in space.dimensions if d not in dims]
     searched += [f"{WRITES[a]} (the space declares no {a})" for a in used if a not in declared]
-    held += [f"{a} (the space declares none)" for a in held_aspects if a not in {aspect_of(d) for d in space.dimensions}]
+    held += [f"{a} ({'its options hold it' if a in by_options else 'the space declares none'})" for a in held_aspects
+             if a not in {aspect_of(d) for d in space.dimensions}]
     if not searched:
         raise UserError(f"{arm} only {' and '.join(WRITES[a] for a in reach.writes) or 'picks listed values'}, "
                         f"and space {space.name!r} declares no dimension for that: in same-space mode it would "
