@@ -272,9 +272,21 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     draws = {seed: _draw(config, arms, options, mode, split_seed, data)
              for seed, split_seed in split_seeds(config, seeds).items()}
+    _require_distinct_arms(next(iter(draws.values())), arms, options, mode)
     _require_distinct_tests(draws, config.test_size)
     check_paths(config.runs_dir, config.cache)
     return config, draws
+
+
+def _require_distinct_arms(draw: Draw, arms: list[str], options: dict[str, dict[str, Any]], mode: str) -> None:
+    """Two arms that would run the same search (a variant whose options the mode holds anyway) are one arm twice,
+    and would share one run directory on a resume: refused before any spend."""
+    runs: dict[tuple[str, str, int], str] = {}
+    for arm in arms:
+        same = runs.setdefault(_arm_key(arm_config(draw.config, arm, options, draw.coverage)), arm)
+        if same != arm:
+            raise UserError(f"arms {same} and {arm} would run the same search in {mode} mode (the mode holds what "
+                            f"their options change); drop one, or compare them with --mode native")
 
 
 def _require_distinct_tests(draws: dict[int, Draw], test_size: int) -> None:

@@ -33,6 +33,7 @@ def normalized(text: str) -> str:
 
 
 def example_text(example: Example) -> str:
+    """What identifies an example across sources (ids differ between files and the hub): its normalized fields."""
     return " \n ".join(normalized(str(example.fields[name])) for name in sorted(example.fields))
 
 
