@@ -29,6 +29,7 @@ from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import debiased, label_bias
 from prompttune.search_spaces.demos import choose_demos
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.tasks.pools import exit_unless_tuning
 
 
 def read_spec(path: Path) -> PromptSpec:
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--cache", default="runs/calibration-probe.sqlite")
     args = parser.parse_args()
     config = read_run_config(args.run_dir)
+    exit_unless_tuning(config.pool, [config.split_seed], f"calibration_probe.py {args.run_dir}")
     task = load_run_task(config)
     examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}
     evaluator = Evaluator(build_backend(config), examples, {e.id: e for e in task.splits["train"]},

@@ -26,6 +26,7 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import LogitPredictor, debiased, label_bias
 from prompttune.search_spaces.demos import choose_demos
+from prompttune.tasks.pools import exit_unless_tuning
 
 
 def main() -> None:
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--cache", default="runs/demo-lengths.sqlite")
     args = parser.parse_args()
     config = RunConfig(task=args.task, split_seed=args.split_seed, dev_size=args.dev, test_size=100)
+    exit_unless_tuning(config.pool, [config.split_seed], "demo_lengths.py")
     task = load_run_task(config)
     train, dev = task.splits["train"], task.splits["dev"]
     evaluator = Evaluator(build_backend(config), {e.id: e for e in dev}, {e.id: e for e in train},

@@ -39,6 +39,7 @@ from prompttune.evaluation.prediction import LogitPredictor
 from prompttune.optimizers.reflect import race_score
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import Task
+from prompttune.tasks.pools import exit_unless_tuning
 
 FINAL_PURPOSES = ("final race", "final")
 
@@ -94,6 +95,7 @@ def main() -> None:
     summary = []
     for run_dir in args.run_dirs:
         config = read_run_config(run_dir)
+        exit_unless_tuning(config.pool, [config.split_seed], f"pool_ceiling.py {run_dir}")
         task = load_run_task(config)
         backend = backend or build_backend(config)
         examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}

@@ -75,6 +75,9 @@ def add_search_arguments(parser: argparse.ArgumentParser) -> None:
                         help="level of the held-out test that decides what ships")
     parser.add_argument("--proposer-model", metavar="MODEL",
                         help="model that writes instructions/critiques (default: the task model)")
+    parser.add_argument("--pool", choices=["all", "tuning", "reporting"], default=RUN_DEFAULTS.pool,
+                        help="built-in tasks: draw from every example (all), from the tuning part only (tuning), or "
+                             "test on the reporting part (reporting: the headline run; docs/tasks-and-spaces.md)")
 
 
 def add_class_loss_margin_argument(parser: argparse.ArgumentParser,
@@ -93,7 +96,7 @@ def run_config(args: argparse.Namespace, **fields: Any) -> RunConfig:
         split_seed=args.split_seed, scoring=args.scoring, train_size=args.train_size, dev_size=args.dev_size,
         test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, budget=args.budget,
         budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
-        proposer_model=args.proposer_model, **backend_options(args), **fields)
+        proposer_model=args.proposer_model, pool=args.pool, **backend_options(args), **fields)
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
@@ -130,8 +133,15 @@ def parse_option(text: str) -> tuple[str, object]:
     return key.strip(), option_value(text, value)
 
 
+YAML11_WORDS = {"on", "off", "yes", "no", "y", "n"}
+"""Words YAML 1.1 reads as booleans: kept as text, so `calibration=off` names the choice "off" (a bool option still
+reads them as pydantic does: "off" is False)."""
+
+
 def option_value(option: str, value: str) -> object:
-    """An --option value read as YAML (`3`, `true`, `[a, b]`)."""
+    """An --option value read as YAML (`3`, `true`, `[a, b]`), but for the words in YAML11_WORDS."""
+    if value.strip().lower() in YAML11_WORDS:
+        return value.strip()
     try:
         return yaml.safe_load(value)
     except yaml.YAMLError as exc:

@@ -18,6 +18,7 @@ from prompttune.commands.common import (
     spend_json,
 )
 from prompttune.comparing.coverage import MODES
+from prompttune.comparing.variants import VARIANT_OF
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import Comparison, resume_compare, run_compare
@@ -36,6 +37,36 @@ def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
             raise UserError(f"--option expects OPTIMIZER.KEY=VALUE (e.g. sh.eta=3), got {text!r}")
         options.setdefault(arm, {})[name.strip()] = option_value(text, value)
     return options
+
+
+def parse_arms(text: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """`--optimizers` items: an optimizer's name, or a named variant `NAME=OPTIMIZER:KEY=VALUE:...` (values read as
+    YAML, as --option's) that runs OPTIMIZER with those options under its own name; returns the arm names and the
+    variants' options (with the optimizer under `VARIANT_OF`)."""
+    arms, options = [], {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, spec = (part.strip() for part in item.partition("="))
+        if sep:
+            optimizer, *settings = (part.strip() for part in spec.split(":"))
+            if not name or not optimizer or any("=" not in setting for setting in settings):
+                raise UserError(f"--optimizers: a named variant is NAME=OPTIMIZER:KEY=VALUE:... (e.g. "
+                                f"reflect-nocal=reflect:calibration=off), got {item!r}")
+            if name in OPTIMIZERS or name in DSPY_ARMS or "." in name:
+                raise UserError(f"--optimizers: variant name {name!r} must differ from every optimizer's name and "
+                                f"hold no '.' (--option {name}.KEY=VALUE sets its options)")
+            options[name] = {VARIANT_OF: optimizer}
+            for setting in settings:
+                key, _, value = setting.partition("=")
+                options[name][key.strip()] = option_value(f"{name}.{setting}", value)
+        arms.append(name)
+    return arms, options
+
+
+def _with_variants(options: dict[str, dict[str, Any]], variants: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """--option settings over the variants' own, per arm."""
+    return {arm: {**variants.get(arm, {}), **options.get(arm, {})} for arm in {*variants, *options}}
 
 
 def comparison_json(result: Comparison) -> dict[str, Any]:
@@ -58,28 +89,29 @@ def comparison_json(result: Comparison) -> dict[str, Any]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    added = [name.strip() for name in (args.add_optimizers or "").split(",") if name.strip()]
+    added, added_variants = parse_arms(args.add_optimizers or "")
     if added and not args.resume:
         raise UserError("--add-optimizers adds arms to an earlier comparison: give its directory with --resume")
     if args.resume and args.dry_run:
         raise UserError("--dry-run plans a new comparison; a --resume finishes one with its own settings")
     if args.resume:
         result = resume_compare(Path(args.resume), progress=True, jobs=args.jobs, executor=args.executor, add=added,
-                                add_options=parse_options(args.option))
+                                add_options=_with_variants(parse_options(args.option), added_variants))
     else:
         if args.seeds < 1:
             raise UserError("--seeds must be at least 1")
-        arms = [name.strip() for name in args.optimizers.split(",") if name.strip()]
+        arms, variants = parse_arms(args.optimizers)
+        options = _with_variants(parse_options(args.option), variants)
         if not arms:
             raise UserError("--optimizers names no optimizer")
         config = run_config(args, class_loss_margin=args.class_loss_margin)
         seeds = list(range(args.seed, args.seed + args.seeds))
         if args.dry_run:
-            print("\n".join(plan_compare(config, arms, seeds, parse_options(args.option), mode=args.mode,
+            print("\n".join(plan_compare(config, arms, seeds, options, mode=args.mode,
                                           match=args.match, native_demos=args.native_demos,
                                           jobs=args.jobs, executor=args.executor).lines()))
             return 0
-        result = run_compare(config, arms, seeds, parse_options(args.option), mode=args.mode, match=args.match,
+        result = run_compare(config, arms, seeds, options, mode=args.mode, match=args.match,
                              allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
                              executor=args.executor, progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
@@ -103,7 +135,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                   "and splits; compare their held-out results")
     add_run_arguments(compare)
     compare.add_argument("--optimizers", default="random,sh",
-                         help=f"comma-separated, of {', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
+                         help=f"comma-separated, of {', '.join([*OPTIMIZERS, *DSPY_ARMS])}; or a named variant "
+                              "NAME=OPTIMIZER:KEY=VALUE:... (e.g. reflect-nocal=reflect:calibration=off), one "
+                              "optimizer under other options beside itself")
     compare.add_argument("--seeds", type=int, default=5, help="optimizer seeds per arm: --seed, --seed+1, … "
                          "(the paired tests across seeds need a few)")
     compare.add_argument("--mode", choices=list(MODES), default="same-space",

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from prompttune.comparing.coverage import Coverage
 from prompttune.comparing.fairness import ModelWatch, Served
+from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import write_atomic
@@ -29,22 +30,30 @@ from prompttune.tasks.base import Task
 def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunConfig) -> None:
     """Unknown names, bad options and DSPy arms the cap cannot pay for fail before any model is
     loaded (a DSPy arm is sized with the configured split sizes; the drawn ones are checked again)."""
-    for arm in arms:
-        if arm in OPTIMIZERS:
-            checked_optimizer(arm, options.get(arm, {}))
-        if arm not in OPTIMIZERS and arm not in DSPY_ARMS:
-            raise UserError(f"unknown optimizer {arm!r}; choose from "
-                            f"{', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
     if len(set(arms)) != len(arms):
         raise UserError("an optimizer is listed twice in --optimizers")
-    if any(arm in DSPY_ARMS for arm in arms):
+    runs: dict[str, str] = {}
+    for arm in arms:
+        optimizer = optimizer_of(arm, options)
+        if optimizer in OPTIMIZERS:
+            checked_optimizer(optimizer, arm_options(arm, options))
+        if optimizer not in OPTIMIZERS and optimizer not in DSPY_ARMS:
+            raise UserError(f"unknown optimizer {optimizer!r}; choose from "
+                            f"{', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
+        same = runs.setdefault(f"{optimizer} {sorted(arm_options(arm, options).items())!r}", arm)
+        if same != arm:
+            raise UserError(f"arms {same} and {arm} run {optimizer} with the same options: give the variant "
+                            f"other options (NAME=OPTIMIZER:KEY=VALUE)")
+    dspy = [arm for arm in arms if optimizer_of(arm, options) in DSPY_ARMS]
+    if dspy:
         from prompttune.dspy_bridge import require_dspy
 
-        require_dspy(", ".join(arm for arm in arms if arm in DSPY_ARMS))
+        require_dspy(", ".join(dspy))
         from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, Sizes
 
-        for arm in (arm for arm in arms if arm in DSPY_ARMS):
-            DSPY_OPTIMIZERS[arm](config.budget, Sizes(config.train_size, config.dev_size), options.get(arm, {}))
+        for arm in dspy:
+            DSPY_OPTIMIZERS[optimizer_of(arm, options)](config.budget, Sizes(config.train_size, config.dev_size),
+                                                        arm_options(arm, options))
 
 
 @dataclass
@@ -73,8 +82,8 @@ class Bench:
 def arm_config(config: RunConfig, arm: str, options: dict[str, dict[str, Any]],
                coverage: dict[str, Coverage]) -> RunConfig:
     """`config` for one arm: its optimizer, with the user's options plus those that hold what the mode holds."""
-    return config.model_copy(update={"optimizer": arm, "dimensions": coverage[arm].dimensions,
-                                     "optimizer_options": {**options.get(arm, {}), **coverage[arm].options}})
+    return config.model_copy(update={"optimizer": optimizer_of(arm, options), "dimensions": coverage[arm].dimensions,
+                                     "optimizer_options": {**arm_options(arm, options), **coverage[arm].options}})
 
 
 @dataclass

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from prompttune.comparing.fairness import Check
+from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.errors import UserError
 from prompttune.search_spaces import Dimension, PromptSpec, SearchSpace
 
@@ -118,15 +119,15 @@ def plan_coverage(arms: list[str], space: SearchSpace, mode: str,
     if mode not in MODES:
         raise UserError(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "native":
-        return {arm: _coverage(arm, space, mode, options.get(arm, {}), None) for arm in arms}
-    alone = {arm: _coverage(arm, space, mode, options.get(arm, {}), None) for arm in arms}
-    reach = {arm: {d.name for d in _searchable(REACH[arm], space)} for arm in arms}
+        return {arm: _coverage(arm, space, mode, options, None) for arm in arms}
+    alone = {arm: _coverage(arm, space, mode, options, None) for arm in arms}
+    reach = {arm: {d.name for d in _searchable(REACH[optimizer_of(arm, options)], space)} for arm in arms}
     shared = [d.name for d in space.dimensions if all(d.name in names for names in reach.values())]
     if not shared:
         each = "; ".join(f"{arm}: {', '.join(c.searched)}" for arm, c in alone.items())
         raise UserError(f"same-space mode: no dimension of space {space.name!r} can be searched by every arm ({each}); "
                         f"compare arms that share one, or use --mode native")
-    return {arm: _coverage(arm, space, mode, options.get(arm, {}), shared) for arm in arms}
+    return {arm: _coverage(arm, space, mode, options, shared) for arm in arms}
 
 
 def _searchable(reach: Reach, space: SearchSpace) -> list[Dimension]:
@@ -150,16 +151,22 @@ def touched_fields(space: SearchSpace, names: Sequence[str]) -> frozenset[str]:
     return frozenset(touched)
 
 
-def _coverage(arm: str, space: SearchSpace, mode: str, given: Mapping[str, Any], shared: list[str] | None) -> Coverage:
-    reach = REACH[arm]
+def _coverage(arm: str, space: SearchSpace, mode: str, options: Mapping[str, Mapping[str, Any]],
+              shared: list[str] | None) -> Coverage:
+    reach, given = REACH[optimizer_of(arm, options)], arm_options(arm, options)
     dims = [d for d in _searchable(reach, space) if shared is None or d.name in shared]
     declared = {aspect_of(d) for d in dims} - {None}
-    used = [a for a in reach.writes if mode == "native" or a in declared]
+    # An aspect the space does not declare and the arm's own options hold at the baseline (a variant such as
+    # reflect with calibration=off): held, as same-space mode would hold it.
+    by_options = [a for a in reach.holds if a not in declared
+                  and all(given.get(key) == value for key, value in reach.holds[a].items())]
+    used = [a for a in reach.writes if (mode == "native" or a in declared) and a not in by_options]
     held_aspects = [a for a in reach.writes if a not in used]
     searched = [f"{d.name} ({WRITES[aspect_of(d)]})" if aspect_of(d) in used else d.name for d in dims]
     held = [d.name for d in space.dimensions if d not in dims]
     searched += [f"{WRITES[a]} (the space declares no {a})" for a in used if a not in declared]
-    held += [f"{a} (the space declares none)" for a in held_aspects if a not in {aspect_of(d) for d in space.dimensions}]
+    held += [f"{a} ({'its options hold it' if a in by_options else 'the space declares none'})" for a in held_aspects
+             if a not in {aspect_of(d) for d in space.dimensions}]
     if not searched:
         raise UserError(f"{arm} only {' and '.join(WRITES[a] for a in reach.writes) or 'picks listed values'}, "
                         f"and space {space.name!r} declares no dimension for that: in same-space mode it would "

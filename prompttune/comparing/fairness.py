@@ -26,8 +26,9 @@ from statistics import mean
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend, Request
-from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 from prompttune.tasks.base import Task
+from prompttune.tasks.pools import seen_in_tuning
 
 if TYPE_CHECKING:
     from prompttune.comparing.arms import ArmRun
@@ -234,6 +235,18 @@ def distinct_draws_check(tasks: Mapping[int, Task]) -> Check:
     return Check("each seed drew its own test split (hash of its test ids)", not repeated,
                  f"seeds {', '.join(map(str, repeated))} share a test split" if repeated
                  else ", ".join(f"s{seed} {h}" for seed, h in hashes.items()))
+
+
+def reporting_pool_check(tasks: Mapping[int, Task], tuning_pool: Sequence[Example]) -> Check:
+    """A run on the reporting pool tested on examples no tuning draw can hold: each seed's test split against every
+    example of the task's tuning pool, by text (`prompttune.tasks.pools.seen_in_tuning`)."""
+    seen = {seed: seen_in_tuning(task.splits["test"], tuning_pool) for seed, task in tasks.items()}
+    tested = sum(len(task.splits["test"]) for task in tasks.values())
+    return Check("no test example of any seed appears in any tuning draw (reporting pool)",
+                 not any(seen.values()),
+                 "; ".join(f"s{seed}: {', '.join(ids[:3])}{' …' if len(ids) > 3 else ''} ({len(ids)})"
+                           for seed, ids in seen.items() if ids)
+                 or f"0 of {tested} test examples are in the {len(tuning_pool)}-example tuning pool")
 
 
 def fairness_checks(tasks: Mapping[int, Task], runs: list["ArmRun"], caps: list[Cap], verdict_calls: int,

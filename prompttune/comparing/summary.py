@@ -1,8 +1,9 @@
 """The numbers of a comparison: per-arm test accuracy over seeds under both keep rules (raw and
 guarded), gains, corrected p-values, tests between arms across seeds (each seed its own data
 draw: a paired t-test and an exact sign-flip permutation test on the per-seed differences, and a
-Cochran-Mantel-Haenszel test on the pooled test examples stratified by seed), and McNemar tests
-between the leading arms on the same test examples."""
+Cochran-Mantel-Haenszel test on the pooled test examples stratified by seed, descriptive only), McNemar
+tests between the leading arms on the same test examples, and the pre-registered claims of a headline run
+(one-sided paired t over seeds, BH across every claim)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired
 
 TOP_ARMS = 3
 P_FLOOR = float(np.finfo(float).tiny)  # 2.2e-308
+"""The smallest p a float holds at full precision: a p under it is reported as a bound ("< 2.23e-308"), never 0."""
+CMH_LABEL = "descriptive: pooled examples, prompts fixed"
+"""What the CMH test can say: it treats each seed's shipped prompts as fixed and their answers as independent
+examples, so it describes those prompts, not the optimizers (optimizer-level claims use the across-seed tests)."""
 
 
 def t_interval(values: list[float], bounds: tuple[float, float], alpha: float = 0.05) -> tuple[float, float]:
@@ -165,8 +170,9 @@ def sign_flip_p(diffs: list[float]) -> float:
 
 def cmh_p(first: list[ArmRun], second: list[ArmRun]) -> float | None:
     """Cochran-Mantel-Haenszel test that the odds of a right answer are equal for the two arms' shipped
-    prompts, pooled over their seeds' test examples with one 2x2 table per seed (statsmodels); None
-    when a table is degenerate (an arm right or wrong everywhere on every seed)."""
+    prompts, pooled over their seeds' test examples with one 2x2 table per seed (`CMH_LABEL`); None
+    when a table is degenerate (an arm right or wrong everywhere on every seed). The p is the chi-square
+    survival function of statsmodels' statistic: its own `1 - cdf` is 0 below about 1e-16."""
     theirs = {r.seed: r for r in second}
     tables = []
     for mine in first:
@@ -175,8 +181,9 @@ def cmh_p(first: list[ArmRun], second: list[ArmRun]) -> float | None:
             tables.append(np.array([[a, len(mine.test_correct) - a], [b, len(theirs[mine.seed].test_correct) - b]]))
     if len(tables) < 2 or all(t[:, 0].sum() in (0, t.sum()) for t in tables):
         return None
-    # A p below the smallest normal float underflows to 0: report that bound instead of an impossible 0.
-    return max(float(StratifiedTable(tables).test_null_odds(correction=True).pvalue), P_FLOOR)
+    statistic = StratifiedTable(tables).test_null_odds(correction=True).statistic
+    # Only a statistic above ~1400 underflows sf; P_FLOOR then stands for "below it", printed as a bound.
+    return max(float(stats.chi2.sf(statistic, 1)), P_FLOOR)
 
 
 def _bh(values: list[float | None]) -> list[float | None]:
@@ -225,3 +232,43 @@ def pairwise(summaries: list[ArmSummary]) -> list[PairTest]:
     for test, p in zip(tests, adjusted):
         test.p_bh = p
     return tests
+
+
+@dataclass
+class Claim:
+    """One pre-registered claim of a headline run: on `task`, arm `first` beats arm `second` by more than
+    `margin` in test accuracy, tested one-sided by a paired t over the per-seed differences."""
+
+    task: str
+    first: str
+    second: str
+    margin: float
+    diffs: list[float]  # first − second, one per seed (each seed its own data draw)
+    p: float | None = None
+    p_bh: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.task}: {self.first} − {self.second} > {self.margin:g}"
+
+
+def one_sided_t(diffs: list[float], margin: float = 0.0) -> float | None:
+    """p of a one-sided paired t-test that the mean difference exceeds `margin`; None with no spread to test."""
+    if len(diffs) < 2 or len(set(diffs)) == 1:
+        return None
+    return max(float(stats.ttest_1samp(diffs, margin, alternative="greater").pvalue), P_FLOOR)
+
+
+def judge_claims(claims: list[Claim]) -> list[Claim]:
+    """Every claim's one-sided t p, Benjamini–Hochberg-corrected across all of them (the headline's one family:
+    every task's primary and secondary claims together); a claim with no spread stays untested (None)."""
+    for claim in claims:
+        claim.p = one_sided_t(claim.diffs, claim.margin)
+    for claim, p_bh in zip(claims, _bh([claim.p for claim in claims])):
+        claim.p_bh = p_bh
+    return claims
+
+
+def p_text(p: float) -> str:
+    """A p-value as reports print it: three figures, or the bound it stands for at the float floor."""
+    return f"< {P_FLOOR:.3g}" if p <= P_FLOOR else f"{p:.3g}"

@@ -57,6 +57,9 @@ class RunConfig(BackendConfig):
     budget_tokens: int | None = Field(None, gt=0, description="optional cap on search-time tokens")
     seed: int = Field(0, description="optimizer seed (sampling, proposals)")
     split_seed: int = Field(0, description="seed of the train/dev/test draw; fixed across compared arms")
+    pool: Literal["all", "tuning", "reporting"] = Field(
+        "all", description="built-in tasks: draw from every example, from the tuning part only, or test on the "
+                           "reporting part (prompttune.tasks.pools; the headline run)")
     scoring: Literal["logit", "generate", "calibrated"] = "logit"
     objective: str = "accuracy"
     alpha: float = Field(0.05, gt=0, lt=1, description="level of the held-out test that decides what ships")

@@ -7,7 +7,8 @@
   id): they are scored by the arm's `Evaluator` — same rendering, scoring method, cache view
   and ledger as every prompttune arm — and answered with the predicted label word;
 - anything else (instruction proposals, dataset summaries, reflections): generated from the chat
-  messages by prompttune's own proposer, charged as one call each and cached (asking again for
+  messages by prompttune's own proposer (the run's `--proposer-model` when given, as for prompttune's
+  arms; else the task model), charged as one call each and cached (asking again for
   one text, temperature and seed is a hit) — greedily, or sampled at the request's temperature
   when DSPy asks for one (MIPROv2's proposals at 1.0, COPRO's at 1.4, GEPA's reflections). The
   k-th sample of an arm is drawn with a seed made of the arm seed and k, so the n samples DSPy
@@ -88,11 +89,12 @@ class _Ask:
 
 class MeteredEngine:
     def __init__(self, evaluator: Evaluator, observe: Observer | None = None,
-                 max_new_tokens: int = 1024, seed: int = 0, threads: int = 1, linger: float = 0.01) -> None:
+                 max_new_tokens: int = 1024, seed: int = 0, threads: int = 1, linger: float = 0.01,
+                 proposer: Proposer | None = None) -> None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         self.evaluator = evaluator
-        self.proposer = Proposer(evaluator.backend, evaluator.meter)
+        self.proposer = proposer or Proposer(evaluator.backend, evaluator.meter)  # the run's, charged to its meter
         self.observe = observe
         self.max_new_tokens = max_new_tokens  # a ceiling on what any request may ask for
         self.seed = seed
@@ -279,7 +281,7 @@ class MeteredEngine:
             getattr(p, "text", "") for p in request.system or ())
         turns = [("system", system)] if system else []
         turns += [("assistant" if m.role == "assistant" else "user", _text(m)) for m in request.messages]
-        text = self.evaluator.backend.to_text(Prompt(messages=tuple(turns)))
+        text = self.proposer.backend.to_text(Prompt(messages=tuple(turns)))  # in the proposer model's template
         limit = min(request.config.max_tokens or self.max_new_tokens, self.max_new_tokens)
         temperature = request.config.temperature or 0.0
         return self.proposer.complete(text, limit, temperature, self._draw_seed() if temperature else 0)

@@ -374,7 +374,7 @@ class LedgerStopper:
 
 
 class Gepa(DspyArm):
-    """GEPA with a feedback metric, reflections sampled at DSPy's temperature 1.0 on the same model,
+    """GEPA with a feedback metric, reflections sampled at DSPy's temperature 1.0 on the proposer model,
     run until the cap cannot pay for another iteration."""
 
     name = "dspy-gepa"
@@ -407,9 +407,9 @@ class Gepa(DspyArm):
                 f"represents the task), reflective minibatches of {o.reflection_minibatch_size} from train, "
                 f"candidate selection '{o.candidate_selection_strategy}', merge {'on' if o.use_merge else 'off'}; "
                 f"the metric's feedback names the gold and predicted label, an invalid output and the label "
-                f"scores; reflections on the same model at temperature 1.0 (DSPy's advice for reflection_lm), "
-                f"≤ {o.reflection_max_tokens} tokens, each charged, read by prompttune's adapter instead of "
-                f"JSONAdapter.")
+                f"scores; reflections on the proposer model (the task model unless --proposer-model) at "
+                f"temperature 1.0 (DSPy's advice for reflection_lm), ≤ {o.reflection_max_tokens} tokens, each "
+                f"charged, read by prompttune's adapter instead of JSONAdapter.")
 
     def _compile(self, student: dspy.Predict, tools: Tools) -> dspy.Module:
         o = self.options

@@ -32,6 +32,7 @@ from prompttune.dspy_bridge.program import ProgramMapping
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.base import SearchOutcome, spec_candidate
+from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate
 from prompttune.search_spaces.prompt import PromptSpec
 
@@ -94,8 +95,10 @@ class DspySearch:
     """One DSPy compile as a search: `search()` returns the outcome the engine's verdict judges."""
 
     def __init__(self, settings: DspyArm, baseline: Candidate, evaluator: Evaluator, input_fields: list[str],
-                 train: list[Example], dev: list[Example], seed: int, model: str, log: Path | None) -> None:
+                 train: list[Example], dev: list[Example], seed: int, model: str, log: Path | None,
+                 proposer: Proposer | None = None) -> None:
         self.settings, self.baseline, self.evaluator, self.seed, self.log = settings, baseline, evaluator, seed, log
+        self.proposer = proposer  # writes DSPy's proposals and reflections (default: the task model)
         self.mapping = ProgramMapping.build(baseline.spec, input_fields, train, dev)
         rng = np.random.default_rng(seed)
         self.trainset = [self.mapping.example(train[i]) for i in rng.permutation(len(train))]
@@ -109,7 +112,7 @@ class DspySearch:
         selection = self.settings.selection(self.trainset, self.valset)
         tracker = SelectionTracker([self.mapping.example_id(ex.inputs()) for ex in selection], ledger, storage)
         self.engine = engine = MeteredEngine(self.evaluator, tracker.observe, seed=self.seed,
-                                             threads=self.settings.options.threads)
+                                             threads=self.settings.options.threads, proposer=self.proposer)
         lm = dspy.LM(f"prompttune/{self.model}", engine=engine, cache=False, num_retries=0, max_tokens=96)
         adapter = PromptSpecAdapter(self.mapping, engine)
         tools = Tools(lm, adapter, engine, self.mapping, self.seed, self.trainset, self.valset)

@@ -22,9 +22,18 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import loading
 from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
-from prompttune.comparing.fairness import Cap, Check, ModelWatch, caps_of, distinct_draws_check, fairness_checks
+from prompttune.comparing.fairness import (
+    Cap,
+    Check,
+    ModelWatch,
+    caps_of,
+    distinct_draws_check,
+    fairness_checks,
+    reporting_pool_check,
+)
 from prompttune.comparing.plot import plot_anytime
 from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedPair, pairwise, seed_pairs, summarize
+from prompttune.comparing.variants import optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import RunInterrupted, StopRequest, resumable_outage
@@ -53,6 +62,7 @@ from prompttune.reports.html_report import write_html_report
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
+from prompttune.tasks.builtin import tuning_pool
 
 
 def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
@@ -92,14 +102,19 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
                   per_class=result.per_class)
 
 
-def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, int], Path]:
-    """The directory of each arm × seed an interrupted comparison left: a finished arm (arm.json),
+def _arm_key(config: RunConfig) -> tuple[str, str, int]:
+    """What tells an arm-seed's run apart: its optimizer, its options (a named variant's differ) and its seed."""
+    return config.optimizer, json.dumps(config.optimizer_options, sort_keys=True, default=str), config.seed
+
+
+def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, str, int], Path]:
+    """The directory of each arm × seed an interrupted comparison left (`_arm_key`): a finished arm (arm.json),
     else one to resume. A run that finished but was not yet saved as an arm starts again elsewhere."""
-    found: dict[tuple[str, int], Path] = {}
+    found: dict[tuple[str, str, int], Path] = {}
     for config_file in sorted(arms_dir.glob("*/config.json")):
         run_dir = config_file.parent
         config = RunConfig.model_validate_json(config_file.read_text(encoding="utf-8"))
-        key = (config.optimizer, config.seed)
+        key = _arm_key(config)
         if (run_dir / ARM_FILE).is_file() or (key not in found and run_status(run_dir) != "finished"):
             found[key] = run_dir
     return found
@@ -123,6 +138,7 @@ class Comparison:
     wall_seconds: float
     equal_spend: EqualSpend | None = None
     versions: dict[str, str] = field(default_factory=dict)  # what produced it (engine.study.run_versions), once
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per arm, as given (a variant's optimizer too)
 
     @property
     def baselines(self) -> dict[int, Confirmation]:
@@ -274,9 +290,21 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     draws = {seed: _draw(config, arms, options, mode, split_seed, data)
              for seed, split_seed in split_seeds(config, seeds).items()}
+    _require_distinct_arms(next(iter(draws.values())), arms, options, mode)
     _require_distinct_tests(draws, config.test_size)
     check_paths(config.runs_dir, config.cache)
     return config, draws
+
+
+def _require_distinct_arms(draw: Draw, arms: list[str], options: dict[str, dict[str, Any]], mode: str) -> None:
+    """Two arms that would run the same search (a variant whose options the mode holds anyway) are one arm twice,
+    and would share one run directory on a resume: refused before any spend."""
+    runs: dict[tuple[str, str, int], str] = {}
+    for arm in arms:
+        same = runs.setdefault(_arm_key(arm_config(draw.config, arm, options, draw.coverage)), arm)
+        if same != arm:
+            raise UserError(f"arms {same} and {arm} would run the same search in {mode} mode (the mode holds what "
+                            f"their options change); drop one, or compare them with --mode native")
 
 
 def _require_distinct_tests(draws: dict[int, Draw], test_size: int) -> None:
@@ -339,7 +367,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         todo = []
         for arm in arms:
             for seed in seeds:
-                earlier = reuse.get((arm, seed))
+                earlier = reuse.get(_arm_key(benches[seed].arm_config(arm, seed)))
                 if earlier and (earlier / ARM_FILE).is_file():
                     done[(arm, seed)] = load_arm_run(earlier)
                     console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
@@ -381,10 +409,13 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     tasks = {seed: bench.task for seed, bench in benches.items()}
     checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
+    if config.pool == "reporting" and data is None:
+        checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
     comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
                             first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
                             time.time() - started, equal_spend,
-                            run_versions(config, watch.inner, arms, passed=backend is not None))
+                            run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
+                                         passed=backend is not None), options)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)

@@ -46,7 +46,7 @@ def check_proposer_backend(config: RunConfig) -> None:
 def load_run_task(config: RunConfig) -> Task:
     """The task with the run's split sizes and split seed: the same splits for every reader."""
     return load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed)
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed, config.pool)
 
 
 def require_dev_budget(config: RunConfig, task: Task) -> None:

@@ -75,7 +75,7 @@ class DspyStrategy:
         self.baseline = setting.context.space.default_candidate()
         log = setting.run_dir / "dspy.log" if setting.run_dir else None
         self.search_ = DspySearch(settings, self.baseline, setting.evaluator, task.input_fields, train, dev,
-                                  config.seed, config.model, log)
+                                  config.seed, config.model, log, setting.proposer)
 
     def search(self, storage: TrialStorage, on_trial: Callable[[dict], None] | None,
                should_stop: Callable[[], bool] | None) -> SearchOutcome:

@@ -14,7 +14,8 @@ from rich.table import Table
 from prompttune.comparing.arms import DSPY_ARMS, ArmRun
 from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
-from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores, SeedPair
+from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, ArmSummary, Scores, SeedPair, p_text
+from prompttune.comparing.variants import optimizer_of
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name, reports_of
 from prompttune.reports.optimize_report import lost_classes, versions_lines
@@ -133,7 +134,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _dspy_section(comparison: "Comparison") -> list[str]:
-    runs = [r for r in comparison.runs if r.arm in DSPY_ARMS]
+    runs = [r for r in comparison.runs if optimizer_of(r.arm, comparison.options) in DSPY_ARMS]
     if not runs:
         return []
     lines = ["## How the DSPy arms ran", "",
@@ -172,7 +173,9 @@ def _seed_pair_section(c: "Comparison") -> list[str]:
              "interval, a two-sided paired t-test over the seeds (– when every seed differs by the same amount: "
              "no variance to test), an exact sign-flip permutation test (never below 2/2^seeds: 0.0625 with five "
              "seeds) and, for what ships, a Cochran-Mantel-Haenszel test on the pooled test examples stratified "
-             "by seed; each Benjamini–Hochberg-corrected over the pairs of one keep rule.", "",
+             "by seed; each Benjamini–Hochberg-corrected over the pairs of one keep rule. Which optimizer is "
+             "better rests on the across-seed tests only: the CMH test holds each seed's shipped prompts fixed "
+             f"and counts their answers as independent examples ({CMH_LABEL}).", "",
              "| " + " | ".join(SEED_PAIR_HEADER) + " |", "|" + " --- |" * len(SEED_PAIR_HEADER)]
     lines += ["| " + " | ".join(str(cell) for cell in seed_pair_cells(_seed_pair_json(t))) + " |" for t in c.seed_pairs]
     return lines + [""]
@@ -205,11 +208,14 @@ def equal_spend_lines(e: dict | None) -> list[str]:
 
 
 SEED_PAIR_HEADER = ["first", "second", "keep rule", "seeds", "mean difference", "95% CI", "t-test p (BH)",
-                    "sign-flip p (BH)", "CMH p (BH)"]
+                    "sign-flip p (BH)", f"CMH p (BH; {CMH_LABEL})"]
 
 
 def _p_cell(p: float | None, p_bh: float | None) -> str:
-    return "–" if p is None or p_bh is None else f"{p:.3g} ({p_bh:.3g})"
+    """p (BH): a p at the float floor is a bound, and so is what BH makes of it."""
+    if p is None or p_bh is None:
+        return "–"
+    return f"{p_text(p)} ({'< ' if p <= P_FLOOR else ''}{p_bh:.3g})"
 
 
 def seed_pair_cells(t: dict) -> list[object]:

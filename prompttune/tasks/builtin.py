@@ -19,6 +19,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.hub import hub_problem
 from prompttune.core.types import Example
 from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
+from prompttune.tasks.pools import Pool, in_reporting_part, normalized, partition
 
 DATA_DIR_ENV = "PROMPTTUNE_DATA_DIR"
 HUB_DATASETS = {"agnews": "fancyzhx/ag_news", "sst2": "stanfordnlp/sst2", "trec": "CogComp/trec"}
@@ -80,7 +81,7 @@ def _require(path: Path, data_dir: Path) -> Path:
     return path
 
 
-def _agnews_local(data_dir: Path) -> dict[str, list[Example]]:
+def _agnews_local(data_dir: Path, pool: Pool = "all") -> dict[str, list[Example]]:
     test_rows = []
     with open(_require(data_dir / "ag_news" / "test.csv", data_dir), newline="", encoding="utf-8") as f:
         for i, (cls, _title, desc) in enumerate(csv.reader(f)):
@@ -91,7 +92,7 @@ def _agnews_local(data_dir: Path) -> dict[str, list[Example]]:
             text, label = line.rstrip("\n").rsplit("\t", 1)
             train_rows.append(Example(f"agnews-train-{i}", {"text": _clean_agnews(text)},
                                       AGNEWS_LABELS.index(label)))
-    return {"train": train_rows, "dev": test_rows, "test": test_rows}
+    return partition({"train": train_rows, "dev": test_rows, "test": test_rows}, pool)
 
 
 def _sst2_file(path: Path, prefix: str) -> list[Example]:
@@ -101,18 +102,42 @@ def _sst2_file(path: Path, prefix: str) -> list[Example]:
                 for i, row in enumerate(reader)]
 
 
-def _sst2_local(data_dir: Path) -> dict[str, list[Example]]:
+def _sst2_local(data_dir: Path, pool: Pool = "all") -> dict[str, list[Example]]:
     train = _sst2_file(_require(data_dir / "sst2" / "train.tsv", data_dir), "sst2-train")
     validation = _sst2_file(_require(data_dir / "sst2" / "validation.tsv", data_dir), "sst2-validation")
-    return _sst2_pools(train, validation)
+    return _sst2_pools(train, validation, pool)
 
 
-def _sst2_pools(train: list[Example], validation: list[Example]) -> dict[str, list[Example]]:
+def _phrases(text: str) -> set[str]:
+    """Every run of consecutive tokens of a (tokenized) SST text: the shapes its parse-tree phrases take."""
+    tokens = text.split()
+    return {" ".join(tokens[i:j]) for i in range(len(tokens)) for j in range(i + 1, len(tokens) + 1)}
+
+
+def sst2_sentences(train: list[Example]) -> list[Example]:
+    """The sentence-level rows of SST-2's phrase-level train split: those no other row contains (the roots
+    of the parse trees whose every phrase GLUE lists as a row)."""
+    texts = {normalized(ex.fields["text"]) for ex in train}
+    inner = {phrase for text in texts for phrase in _phrases(text) - {text} if phrase in texts}
+    return [ex for ex in train if normalized(ex.fields["text"]) not in inner]
+
+
+def _sst2_pools(train: list[Example], validation: list[Example], pool: Pool = "all") -> dict[str, list[Example]]:
     """Dev and test are disjoint draws from the sentence-level validation split; train (demos, reflection
     minibatches) comes from the train split, which GLUE builds from every phrase of the SST parse
     trees (median 7 words against 19). Drawn from those phrases, dev scored the default prompt 0.62-0.66
-    where test scored 0.73-0.76, and prompts chosen on it lost on test (docs/tasks-and-spaces.md)."""
-    return {"train": train, "dev": validation, "test": validation}
+    where test scored 0.73-0.76, and prompts chosen on it lost on test (docs/tasks-and-spaces.md).
+
+    With a tuning or reporting `pool` the 872 validation sentences (every one of them in some earlier draw)
+    are dev only, and test draws from the ~7,000 sentence-level rows of train: a reporting test sentence,
+    and every phrase of it, is held out of the train pool."""
+    if pool == "all":
+        return {"train": train, "dev": validation, "test": validation}
+    sentences = sst2_sentences(train)
+    held = {phrase for ex in sentences if in_reporting_part(text := normalized(ex.fields["text"]))
+            for phrase in _phrases(text)}
+    return partition({"train": train, "dev": validation, "test": sentences}, pool,
+                     lambda ex: normalized(ex.fields["text"]) in held)
 
 
 def _fit_test(name: str, pools: dict[str, list[Example]], sizes: SplitSizes) -> SplitSizes:
@@ -182,15 +207,15 @@ def _trec_file(path: Path) -> list[Example]:
     return [Example(f"trec-{i}", {"text": _clean_trec(question)}, label) for i, (question, label) in enumerate(kept)]
 
 
-def _trec_local(path: Path) -> dict[str, list[Example]]:
+def _trec_local(path: Path, pool: Pool = "all") -> dict[str, list[Example]]:
     """One pool for all three splits (the package ships the training questions only): disjoint draws."""
-    pool = _trec_file(path)
-    return {"train": pool, "dev": pool, "test": pool}
+    questions = _trec_file(path)
+    return partition({"train": questions, "dev": questions, "test": questions}, pool)
 
 
-def _hub_pools(name: str) -> dict[str, list[Example]]:
+def _hub_pools(name: str, pool: Pool = "all") -> dict[str, list[Example]]:
     """Official splits from the hub: train feeds train and dev, the official test or validation split
-    test (sst2: dev too, see `_sst2_pools`)."""
+    test (sst2: dev too, see `_sst2_pools`); `pool` as in `load_builtin`."""
     try:
         from datasets import load_dataset
     except ImportError as exc:
@@ -210,7 +235,7 @@ def _hub_pools(name: str) -> dict[str, list[Example]]:
                      for i, r in enumerate(ds["train"])]
             test = [Example(f"sst2-hub-validation-{i}", {"text": r["sentence"]}, r["label"])
                     for i, r in enumerate(ds["validation"])]
-            return _sst2_pools(train, test)
+            return _sst2_pools(train, test, pool)
         else:  # trec: the hub's class order (ABBR, ENTY, DESC, ...) is not ours, so map by code
             ds = load_dataset(HUB_DATASETS[name])
             codes = ds["train"].features["coarse_label"].names
@@ -219,7 +244,7 @@ def _hub_pools(name: str) -> dict[str, list[Example]]:
                             for i, r in enumerate(ds[split])] for split in ("train", "test"))
     except Exception as exc:  # any hub failure means: tell the user how to give local files
         raise UserError(_no_data_message(name)) from exc
-    return {"train": train, "dev": train, "test": test}
+    return partition({"train": train, "dev": train, "test": test}, pool)
 
 
 def _no_data_message(name: str) -> str:
@@ -243,7 +268,7 @@ def resolve_data_dir(data_dir: str | Path | None) -> Path | None:
     return path
 
 
-BuiltinLoader = Callable[[Path], dict[str, list[Example]]]
+BuiltinLoader = Callable[[Path, Pool], dict[str, list[Example]]]
 BUILTIN: dict[str, tuple[list[str], list[list[str]], str, BuiltinLoader]] = {
     "agnews": (AGNEWS_LABELS, AGNEWS_VERBALIZERS,
                "Classify the topic of a news article as World, Sports, Business or Sci/Tech.",
@@ -260,11 +285,23 @@ PACKAGED: dict[str, Callable[[], Path | None]] = {"trec": _trec_package_file}
 """Tasks whose local file comes from an installed package, not from the data dir."""
 
 
-def load_builtin(name: str, data_dir: str | Path | None, sizes: SplitSizes, seed: int) -> Task:
-    labels, verbalizers, description, local_loader = BUILTIN[name]
+def _builtin_pools(name: str, data_dir: str | Path | None, pool: Pool) -> dict[str, list[Example]]:
+    local_loader = BUILTIN[name][3]
     source = PACKAGED[name]() if name in PACKAGED else resolve_data_dir(data_dir)  # trec needs no data dir
-    pools = local_loader(source) if source is not None else _hub_pools(name)
-    for pool in pools.values():
-        check_labels(name, labels, pool)
+    return local_loader(source, pool) if source is not None else _hub_pools(name, pool)
+
+
+def load_builtin(name: str, data_dir: str | Path | None, sizes: SplitSizes, seed: int, pool: Pool = "all") -> Task:
+    """The task drawn with `seed` from `pool`'s part of its data (`prompttune.tasks.pools`; "all": every example)."""
+    labels, verbalizers, description, _ = BUILTIN[name]
+    pools = _builtin_pools(name, data_dir, pool)
+    for examples in pools.values():
+        check_labels(name, labels, examples)
     return Task(name, labels, verbalizers, ["text"], make_splits(pools, _fit_test(name, pools, sizes), seed, name),
                 description)
+
+
+def tuning_pool(name: str, data_dir: str | Path | None) -> list[Example]:
+    """Every example a tuning draw of the built-in task can hold: what a reported test split is checked against."""
+    pools = _builtin_pools(name, data_dir, "tuning")
+    return list({ex.id: ex for examples in pools.values() for ex in examples}.values())

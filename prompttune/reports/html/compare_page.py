@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prompttune.comparing.summary import CMH_LABEL
 from prompttune.core.storage import read_json
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name
@@ -118,7 +119,8 @@ def compare_page(run_dir: Path) -> str:
                 para("Mean over seeds (each its own data draw) of the difference in test accuracy (first − "
                      "second), its Student-t 95% interval, a paired t-test over seeds, an exact sign-flip "
                      "permutation test and, for what ships, a CMH test on the pooled test examples stratified by "
-                     "seed; p (BH over the pairs of one keep rule)."),
+                     "seed; p (BH over the pairs of one keep rule). Which optimizer is better rests on the "
+                     f"across-seed tests only; the CMH test is {CMH_LABEL}."),
                 table(SEED_PAIR_HEADER, _seed_pair_rows(summary), (3, 4, 6, 7, 8))),
         section("Anytime curves", png_img((run_dir / "anytime.png").read_bytes(), "anytime curves per optimizer"),
                 para("Best-so-far dev score against search calls: thick line the mean over seeds, band the range "
