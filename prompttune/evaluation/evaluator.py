@@ -120,6 +120,30 @@ class Evaluator:
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
         return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
 
+    def prefetch(self, work: Sequence[tuple[PromptSpec, Sequence[str]]]) -> None:
+        """Have the model answer several prompts' examples in one backend call before they are asked for
+        (`Meter.prefetch`): nothing is charged or cached until `evaluate` asks, in its own order. Only
+        answers the prediction method reads as they are (direct label scores, or generated text) are
+        fetched; calibrated and ensemble scoring ask as before. A query that would fail is left to fail
+        where it is asked."""
+        if self.scoring not in ("logit", "generate"):
+            return
+        by_mode: dict[Mode, tuple[list[str], list]] = {"score": ([], []), "generate": ([], [])}
+        for spec, example_ids in work:
+            if spec.calibrate:
+                continue
+            mode: Mode = "generate" if self.scoring == "generate" or spec.cot else "score"
+            try:
+                _, keys, requests = self._prepare(Query(spec, example_ids), mode)
+            except (UserError, PermissionError):
+                continue
+            by_mode[mode][0].extend(keys)
+            by_mode[mode][1].extend(requests)
+        for mode, (keys, requests) in by_mode.items():
+            if keys:
+                compute = partial(generate_values if mode == "generate" else score_values, self.backend)
+                self.meter.prefetch(keys, requests, compute)
+
     def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
         """Render one query: its examples, cache keys and backend requests."""
         spec, ids = query.spec, query.example_ids
