@@ -104,6 +104,7 @@ class RunResult:
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
     per_class: PerClass | None = None  # per-class test figures and the classes lost beyond --class-loss-margin
     versions: dict[str, str] = field(default_factory=dict)  # what produced the run (engine.study.run_versions)
+    backend_use: dict[str, float] = field(default_factory=dict)  # search and verdict: BackendUse.summary
 
     def prompt(self, candidate: Candidate) -> TunedPrompt:
         return TunedPrompt(candidate, tuple(select_demos(candidate.spec, self.train)), self.to_text,

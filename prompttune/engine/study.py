@@ -217,6 +217,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         baseline = strategy.baseline
         test = task.splits["test"]
         test_ids = [ex.id for ex in test]
+        searched_from = time.perf_counter()
         try:
             with _progress(console, progress) as bar_view:
                 on_trial = _trial_watch(config, bar_view, search_ledger, len(test), console, task.name)
@@ -247,6 +248,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             if run_dir:
                 mark_interrupted(run_dir, exc.reason, servers())
             raise
+        backend_use = (evaluator.meter.use + test_evaluator.meter.use).summary(time.perf_counter() - searched_from)
         strategy.after_verdict(verdict, run_dir)
         resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
                    if trials_before is not None else None)
@@ -254,7 +256,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                            confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
                            strategy, storage, resumed, servers(), generation_check=generation,
                            per_class=per_class(verdict, task.labels, config.class_loss_margin),
-                           versions=run_versions(config, backend),
+                           versions=run_versions(config, backend), backend_use=backend_use,
                            prompt_tokens={role: tokens_of(backend, candidate, train) for role, candidate in
                                           (("baseline", baseline), ("shipped", verdict.shipped),
                                            ("dev winner", verdict.dev_winner))})
