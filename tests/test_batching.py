@@ -19,7 +19,7 @@ class CallCounter(CountingBackend):
 
     def __init__(self, inner) -> None:
         super().__init__(inner)
-        self.batches = 0
+        self.batches = self.generate_batches = 0
 
     def score(self, requests):
         self.batches += 1
@@ -27,6 +27,7 @@ class CallCounter(CountingBackend):
 
     def generate(self, requests):
         self.batches += 1
+        self.generate_batches += 1
         return super().generate(requests)
 
 
@@ -64,3 +65,14 @@ def test_reflect_screens_and_races_in_batches_with_the_same_trials_and_charges(m
     assert batched_log == alone_log
     assert batched.calls == alone.calls  # the same requests reach the model, in fewer, larger calls
     assert batched.batches < 0.6 * alone.batches  # 18 against 34 here
+
+
+def test_mipro_writes_the_proposals_it_will_ask_for_in_one_generate_call() -> None:
+    problem = OracleProblem.colours()
+    backend = CallCounter(problem.backend)
+    run = prompttune.optimize(problem.task, optimizer="mipro", budget=400, space=problem.space, backend=backend,
+                              options={"instructions": 3}, record=False)
+    proposals = run.search_ledger.calls_by_kind["propose"]
+    assert proposals >= 3  # the task summary, then at least two instructions
+    # the summary alone, then the first two proposals together (any further one, asked after a duplicate, alone)
+    assert backend.generate_batches == proposals - 1
