@@ -7,9 +7,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import prompttune
 from prompttune.backends.oracle import OracleProblem
+from prompttune.core.errors import BackendUnavailable
+from prompttune.core.types import ScoreResult
+from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metering import Meter
 from prompttune.optimizers.base import SearchDriver
 from tests.support import CountingBackend
 
@@ -76,3 +83,20 @@ def test_mipro_writes_the_proposals_it_will_ask_for_in_one_generate_call() -> No
     assert proposals >= 3  # the task summary, then at least two instructions
     # the summary alone, then the first two proposals together (any further one, asked after a duplicate, alone)
     assert backend.generate_batches == proposals - 1
+
+
+def test_an_outage_met_ahead_stops_the_first_request_it_left_unanswered_without_a_second_wait() -> None:
+    calls: list[list[str]] = []
+
+    def compute(requests: list[str]) -> list[dict]:
+        calls.append(requests)
+        raise BackendUnavailable("servers down", {0: ScoreResult((-0.5, -1.0), 3, 2)})
+
+    meter = Meter(ResultCache(), BudgetLedger(cap_calls=10))
+    meter.prefetch(["a", "b"], ["ask a", "ask b"], compute)
+    assert len(calls) == 1 and "a" in meter.ahead and meter.outage is not None
+    [value], cached = meter.run(["a"], "score", ["ask a"], lambda r: [0] * len(r), compute)
+    assert value["logprobs"] == [-0.5, -1.0] and cached == [False] and len(calls) == 1  # answered ahead
+    with pytest.raises(BackendUnavailable):
+        meter.run(["b"], "score", ["ask b"], lambda r: [0] * len(r), compute)
+    assert len(calls) == 1 and meter.ledger.calls == 1  # no second wait; only what was answered is paid for

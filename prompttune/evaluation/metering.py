@@ -95,6 +95,7 @@ class Meter:
     ledger: BudgetLedger
     ahead: dict[str, Value] = field(default_factory=dict)
     use: BackendUse = field(default_factory=BackendUse)
+    outage: BackendUnavailable | None = None  # met by a prefetch: the next request it did not answer stops on it
 
     def _compute(self, compute: Callable[[list[Request]], list[Value]], requests: list[Request]) -> list[Value]:
         start = time.perf_counter()
@@ -107,8 +108,9 @@ class Meter:
                  compute: Callable[[list[Request]], list[Value]]) -> None:
         """Answer in one backend call the requests of `keys` that neither the cache nor an earlier
         prefetch holds, up to the calls left under the cap (more would be answers no one pays for).
-        Nothing is charged or cached here. An outage keeps what was answered and is left to `run`,
-        which meets it again when it asks, with its usual accounting."""
+        Nothing is charged or cached here. An outage keeps what was answered, and the first request `run`
+        then asks beyond those stops on it, without waiting for the servers a second time: what that request
+        got is booked as an outage always books it."""
         todo: dict[str, Request] = {}
         found = self.cache.get_many(list(dict.fromkeys(keys)))
         for key, request in zip(keys, requests):
@@ -122,6 +124,7 @@ class Meter:
             values = self._compute(compute, [request for _, request in pending])
         except BackendUnavailable as exc:
             values = [result_value(exc.completed[j]) if j in exc.completed else None for j in range(len(pending))]
+            exc.completed, self.outage = {}, exc
         self.ahead.update((key, value) for (key, _), value in zip(pending, values) if value is not None)
 
     def _answers(self, keys: Sequence[str], requests: list[Request],
@@ -130,6 +133,9 @@ class Meter:
         On an outage, its `completed` becomes the values answered, numbered over all of `keys`."""
         fresh = [j for j, key in enumerate(keys) if key not in self.ahead]
         try:
+            if fresh and self.outage is not None:
+                outage, self.outage = self.outage, None
+                raise outage
             computed = self._compute(compute, [requests[j] for j in fresh]) if fresh else []
         except BackendUnavailable as exc:
             exc.completed = {**{j: self.ahead[key] for j, key in enumerate(keys) if key in self.ahead},
