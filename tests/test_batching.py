@@ -93,7 +93,7 @@ def test_an_outage_met_ahead_stops_the_first_request_it_left_unanswered_without_
         raise BackendUnavailable("servers down", {0: ScoreResult((-0.5, -1.0), 3, 2)})
 
     meter = Meter(ResultCache(), BudgetLedger(cap_calls=10))
-    meter.prefetch(["a", "b"], ["ask a", "ask b"], compute)
+    meter.prefetch([(["a"], ["ask a"]), (["b"], ["ask b"])], compute)
     assert len(calls) == 1 and "a" in meter.ahead and meter.outage is not None
     [value], cached = meter.run(["a"], "score", ["ask a"], lambda r: [0] * len(r), compute)
     assert value["logprobs"] == [-0.5, -1.0] and cached == [False] and len(calls) == 1  # answered ahead

@@ -130,7 +130,7 @@ class Evaluator:
         where it is asked."""
         if self.scoring not in ("logit", "generate"):
             return
-        by_mode: dict[Mode, tuple[list[str], list]] = {"score": ([], []), "generate": ([], [])}
+        by_mode: dict[Mode, list[tuple[list[str], list]]] = {"score": [], "generate": []}
         for group, (spec, example_ids) in enumerate(work):
             if spec.calibrate:
                 continue
@@ -141,12 +141,11 @@ class Evaluator:
                 continue
             self.prepared[spec, tuple(example_ids), mode] = prepared  # rendered once: `evaluate` takes it
             _, keys, requests = prepared
-            by_mode[mode][0].extend(keys)
-            by_mode[mode][1].extend(replace(request, group=group) for request in requests)  # batched as if alone
-        for mode, (keys, requests) in by_mode.items():
-            if keys:
+            by_mode[mode].append((keys, [replace(request, group=group) for request in requests]))  # batched as if alone
+        for mode, queries in by_mode.items():
+            if queries:
                 compute = partial(generate_values if mode == "generate" else score_values, self.backend)
-                self.meter.prefetch(keys, requests, compute)
+                self.meter.prefetch(queries, compute)
 
     def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
         """Render one query: its examples, cache keys and backend requests (as `prefetch` rendered them)."""

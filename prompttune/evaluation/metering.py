@@ -104,22 +104,30 @@ class Meter:
         finally:
             self.use.add(requests, time.perf_counter() - start)
 
-    def prefetch(self, keys: Sequence[str], requests: Sequence[Request],
+    def prefetch(self, queries: Sequence[tuple[Sequence[str], Sequence[Request]]],
                  compute: Callable[[list[Request]], list[Value]]) -> None:
-        """Answer in one backend call the requests of `keys` that neither the cache nor an earlier
-        prefetch holds, up to the calls left under the cap (more would be answers no one pays for).
-        Nothing is charged or cached here. An outage keeps what was answered, and the first request `run`
-        then asks beyond those stops on it, without waiting for the servers a second time: what that request
-        got is booked as an outage always books it."""
-        todo: dict[str, Request] = {}
-        found = self.cache.get_many(list(dict.fromkeys(keys)))
-        for key, request in zip(keys, requests):
-            if key not in found and key not in self.ahead:
-                todo.setdefault(key, request)
-        left = self.ledger.remaining_calls()
-        pending = list(todo.items())[: left if left is not None else None]
-        if len(pending) < 2:  # one request gains nothing from being asked early
+        """Answer in one backend call the requests of `queries` (each one request as `run` will be asked it:
+        its keys and requests) that neither the cache nor an earlier prefetch holds. Only whole queries the
+        call cap still pays for are fetched, in order, so the model never answers what no one pays for; with
+        a token cap nothing is (each bound would be counted twice). Nothing is charged or cached here. An
+        outage keeps what was answered, and the first request `run` then asks beyond those stops on it,
+        without waiting for the servers a second time: what that request got is booked as an outage books it."""
+        if self.ledger.cap_tokens is not None:
             return
+        left = self.ledger.remaining_calls()
+        todo: dict[str, Request] = {}
+        for keys, requests in queries:
+            found = self.cache.get_many(list(dict.fromkeys(keys)))
+            if left is not None:  # what `run` will charge: each miss, and each hit another run paid for
+                left -= sum(key not in found for key in keys) + len(self.cache.unpaid(list(found)))
+                if left < 0:
+                    break
+            for key, request in zip(keys, requests):
+                if key not in found and key not in self.ahead:
+                    todo.setdefault(key, request)
+        if len(todo) < 2:  # one request gains nothing from being asked early
+            return
+        pending = list(todo.items())
         try:
             values = self._compute(compute, [request for _, request in pending])
         except BackendUnavailable as exc:

@@ -32,8 +32,8 @@ class Proposer:
         of servers answers them at once; each is still charged and cached when `__call__` asks for it."""
         texts = [self.backend.to_text(Prompt(messages=(("user", request),))) for request in requests]
         keys = [cache_key(self.backend.model_id, "propose", self.max_new_tokens, 0.0, 0, text) for text in texts]
-        self.meter.prefetch(keys, [GenerateRequest(text, self.max_new_tokens, group=group)  # decoded as if alone
-                                   for group, text in enumerate(texts)], partial(generate_values, self.backend))
+        self.meter.prefetch([([key], [GenerateRequest(text, self.max_new_tokens, group=group)])  # decoded as if alone
+                             for group, (key, text) in enumerate(zip(keys, texts))], partial(generate_values, self.backend))
 
     def complete(self, text: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> str:
         """The continuation of the final prompt text `text`: greedy, or a sample at `temperature`
