@@ -219,3 +219,20 @@ def test_only_full_attention_models_decode_on_the_appending_cache() -> None:
         pytest.skip("this transformers has no per-layer caches")
     assert _full_attention_only(transformers.LlamaConfig(num_hidden_layers=2))
     assert not _full_attention_only(transformers.MistralConfig(num_hidden_layers=2, sliding_window=64))
+
+
+def test_prompts_asked_together_score_as_each_alone(backend: TransformersBackend, task: Task) -> None:
+    """Big batches must not move results: requests of different groups (`ScoreRequest.group`, what
+    `Meter.prefetch` sends for several prompts in one call) are never batched together, even where their
+    prompts share a prefix, so each scores bit for bit as in a call of its own."""
+    spec = default_space(task).default_candidate().spec
+    other = replace(spec, output_template="Answer: {}")  # after the input: the same prefix hint
+    first, second = (_requests(backend, task, [s], "score", n=8) for s in (spec, other))
+    assert first[0].prefix == second[0].prefix
+    default, backend.batch_size = backend.batch_size, 3  # merged, the 16 rows would batch otherwise
+    try:
+        alone = backend.score(first) + backend.score(second)
+        together = backend.score([replace(r, group=g) for g, requests in enumerate((first, second)) for r in requests])
+    finally:
+        backend.batch_size = default
+    assert together == alone

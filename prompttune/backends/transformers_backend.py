@@ -310,25 +310,30 @@ class TransformersBackend(TokenizerBackend):
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
         return ids, mask
 
-    def _prefix_groups(self, hints: Sequence[str],
+    def _prefix_groups(self, keys: Sequence[tuple[int, str]],
                        prompts: Sequence[list[int]]) -> list[tuple[int, list[int]]]:
-        """(shared token count, request indices): one group per prefix hint worth reusing, and
-        one group with 0 shared tokens for everything else, so those batches stay full."""
-        if not self.prefix_reuse:
-            return [(0, list(range(len(prompts))))]
-        by_hint: dict[str, list[int]] = {}
-        for i, hint in enumerate(hints):
-            by_hint.setdefault(hint, []).append(i)
-        groups, rest = [], []
-        for members in by_hint.values():
-            rows = [prompts[i] for i in members]
-            # One token short of the shortest prompt, so every row keeps a suffix to read logits from.
-            shared = min(_common_length(rows), min(len(r) for r in rows) - 1)
-            if len(members) > 1 and shared >= _MIN_SHARED_TOKENS:
-                groups.append((shared, members))
-            else:
-                rest += members
-        return groups + ([(0, rest)] if rest else [])
+        """(shared token count, request indices) by (request group, prefix hint) `keys`: within each request
+        group (never batched with another: `ScoreRequest.group`), one group per prefix hint worth reusing,
+        and one with 0 shared tokens for the rest of that request group, so those batches stay full."""
+        by_group: dict[int, dict[str, list[int]]] = {}
+        for i, (group, hint) in enumerate(keys):
+            by_group.setdefault(group, {}).setdefault(hint if self.prefix_reuse else "", []).append(i)
+        groups: list[tuple[int, list[int]]] = []
+        for by_hint in by_group.values():
+            if not self.prefix_reuse:
+                groups += [(0, members) for members in by_hint.values()]
+                continue
+            rest: list[int] = []
+            for members in by_hint.values():
+                rows = [prompts[i] for i in members]
+                # One token short of the shortest prompt, so every row keeps a suffix to read logits from.
+                shared = min(_common_length(rows), min(len(r) for r in rows) - 1)
+                if len(members) > 1 and shared >= _MIN_SHARED_TOKENS:
+                    groups.append((shared, members))
+                else:
+                    rest += members
+            groups += [(0, rest)] if rest else []
+        return groups
 
     def _prefix_states(self, tokens: list[int]) -> KV:
         """Key/value states of the shared prefix: computed once per group, or kept from a recent call."""
@@ -382,7 +387,7 @@ class TransformersBackend(TokenizerBackend):
         conts = [[self.tokenizer(c, add_special_tokens=False).input_ids for c in r.continuations]
                  for r in requests]
         logprobs: list[list[float]] = [[0.0] * len(r.continuations) for r in requests]
-        for shared, members in self._prefix_groups([r.prefix for r in requests], prompts):
+        for shared, members in self._prefix_groups([(r.group, r.prefix) for r in requests], prompts):
             kv = self._prefix_states(prompts[members[0]][:shared]) if shared else None
             self._score_group([prompts[i][shared:] for i in members], [conts[i] for i in members], kv,
                               [logprobs[i] for i in members])
@@ -469,8 +474,8 @@ class TransformersBackend(TokenizerBackend):
             else:
                 by_budget.setdefault(r.max_new_tokens, []).append(i)
         for max_new, budget_members in by_budget.items():
-            hints = [requests[i].prefix for i in budget_members]
-            for shared, group in self._prefix_groups(hints, [prompts[i] for i in budget_members]):
+            keys = [(requests[i].group, requests[i].prefix) for i in budget_members]
+            for shared, group in self._prefix_groups(keys, [prompts[i] for i in budget_members]):
                 members = [budget_members[g] for g in group]
                 kv = self._prefix_states(prompts[members[0]][:shared]) if shared else None
                 suffix = [len(prompts[i]) - shared for i in members]

@@ -37,11 +37,15 @@ class ScoreRequest:
 
     `prefix` is a hint, never part of the result: the start of `text` that other requests in the
     same call share (a candidate's prompt up to the input), so a backend can compute it once.
+    `group` keeps requests apart: a backend that batches never puts requests of different groups in one
+    batch, so what several prompts asked together in one call (`Meter.prefetch`) score exactly as each
+    prompt's requests alone (batch composition moves log-probs: docs/resume.md, Determinism).
     """
 
     text: str
     continuations: tuple[str, ...]
     prefix: str = ""
+    group: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,14 +58,15 @@ class ScoreResult:
 @dataclass(frozen=True)
 class GenerateRequest:
     """Continuation of `text`: greedy at `temperature` 0, else sampled with `seed`, so that one
-    (text, temperature, seed) always yields one text and a cache may key on them; `prefix` is the
-    same sharing hint as in ScoreRequest."""
+    (text, temperature, seed) always yields one text and a cache may key on them; `prefix` and `group`
+    are as in ScoreRequest."""
 
     text: str
     max_new_tokens: int
     prefix: str = ""
     temperature: float = 0.0
     seed: int = 0
+    group: int = 0
 
 
 @dataclass(frozen=True)

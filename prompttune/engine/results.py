@@ -120,6 +120,8 @@ class RunResult:
     backend: Backend | None = field(default=None, repr=False)  # a Backend object passed in: the caller's, still open
     _rebuilt: Backend | None = field(default=None, init=False, repr=False)  # predict's own, after the run closed its
 
+    backend_use: dict[str, float] = field(default_factory=dict)  # search and verdict: BackendUse.summary
+
     def __repr__(self) -> str:
         """One line (the dataclass's own would print every train example)."""
         c = self.confirmation

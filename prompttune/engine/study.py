@@ -254,6 +254,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         baseline = strategy.baseline
         test = task.splits["test"]
         test_ids = [ex.id for ex in test]
+        searched_from = time.perf_counter()
         try:
             with _progress(console, progress) as bar_view:
                 on_trial = _trial_watch(config, bar_view, search_ledger, len(test), console, task.name)
@@ -284,6 +285,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             if run_dir:
                 mark_interrupted(run_dir, exc.reason, servers())
             raise
+        backend_use = (evaluator.meter.use + test_evaluator.meter.use).summary(time.perf_counter() - searched_from)
         strategy.after_verdict(verdict, run_dir)
         resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
                    if trials_before is not None else None)
@@ -292,6 +294,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                            strategy, storage, resumed, servers(), generation_check=generation,
                            per_class=per_class(verdict, task.labels, config.class_loss_margin),
                            versions=run_versions(config, backend, passed=passed_backend is not None),
+                           backend_use=backend_use,
                            labels=tuple(task.labels), split_note=task.split_note,
                            split_sizes={name: len(task.splits[name]) for name in ("train", "dev", "test")},
                            data_warnings=tuple(task.warnings), backend=passed_backend, advice=tuple(advice),

@@ -114,10 +114,11 @@ def held_out_verdict(baseline: Candidate, ranking: Sequence[Candidate], test_eva
     is tested. With K > 1 the p-values are Holm-adjusted and the first confirmed in dev order ships.
     """
     calls_before = test_evaluator.ledger.calls
+    contenders = [c for c in list(ranking)[:top_k] if c.id != baseline.id]
+    test_evaluator.prefetch([(c.spec, test_ids) for c in (baseline, *contenders)])  # one backend call for all
     records = {baseline.id: test_evaluator.evaluate(baseline.spec, test_ids)}
     base = [r.correct for r in records[baseline.id]]
     baseline_only = paired_confirmation(base, base, test_evaluator.ledger.calls - calls_before, seed)
-    contenders = [c for c in list(ranking)[:top_k] if c.id != baseline.id]
     confirmations = []
     for candidate in contenders:
         before = test_evaluator.ledger.calls

@@ -7,6 +7,7 @@ the evaluator's prediction method (`prediction.py`), so every method shares cach
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from functools import partial
 from typing import Literal, Mapping, Sequence
 
@@ -78,6 +79,7 @@ class Evaluator:
         self.predictor = make_predictor(scoring, self)
         self.max_new_tokens = max_new_tokens
         self.cot_max_new_tokens = cot_max_new_tokens
+        self.prepared: dict[tuple[PromptSpec, tuple[str, ...], Mode], tuple[list[Example], list[str], list]] = {}
 
     def _example(self, spec: PromptSpec, example_id: str) -> Example:
         if example_id.startswith(CONTENT_FREE_PREFIX):
@@ -120,9 +122,36 @@ class Evaluator:
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
         return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
 
+    def prefetch(self, work: Sequence[tuple[PromptSpec, Sequence[str]]]) -> None:
+        """Have the model answer several prompts' examples in one backend call before they are asked for
+        (`Meter.prefetch`): nothing is charged or cached until `evaluate` asks, in its own order. Only
+        answers the prediction method reads as they are (direct label scores, or generated text) are
+        fetched; calibrated and ensemble scoring ask as before. A query that would fail is left to fail
+        where it is asked."""
+        if self.scoring not in ("logit", "generate"):
+            return
+        by_mode: dict[Mode, list[tuple[list[str], list]]] = {"score": [], "generate": []}
+        for group, (spec, example_ids) in enumerate(work):
+            if spec.calibrate:
+                continue
+            mode: Mode = "generate" if self.scoring == "generate" or spec.cot else "score"
+            try:
+                prepared = self._prepare(Query(spec, example_ids), mode)
+            except (UserError, PermissionError):
+                continue
+            self.prepared[spec, tuple(example_ids), mode] = prepared  # rendered once: `evaluate` takes it
+            _, keys, requests = prepared
+            by_mode[mode].append((keys, [replace(request, group=group) for request in requests]))  # batched as if alone
+        for mode, queries in by_mode.items():
+            if queries:
+                compute = partial(generate_values if mode == "generate" else score_values, self.backend)
+                self.meter.prefetch(queries, compute)
+
     def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
-        """Render one query: its examples, cache keys and backend requests."""
+        """Render one query: its examples, cache keys and backend requests (as `prefetch` rendered them)."""
         spec, ids = query.spec, query.example_ids
+        if query.continuations is None and (prepared := self.prepared.pop((spec, tuple(ids), mode), None)):
+            return prepared
         examples = [self._example(spec, i) for i in ids]
         demos = select_demos(spec, self.demo_pool)
         if {d.id for d in demos} & set(ids):

@@ -12,7 +12,8 @@ whole refusal ends a search at the same point in a rerun or a resume.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from prompttune.backends.base import Backend
@@ -46,11 +47,114 @@ def _tokens(values: Sequence[Value]) -> tuple[int, int]:
 
 
 @dataclass
+class BackendUse:
+    """How work reached the model: backend calls, the rows (requests) they held, and the seconds spent
+    in them, scoring and generating apart (each call has a fixed cost, so rows per call is what batching
+    buys; the report shows these)."""
+
+    calls: int = 0
+    rows: int = 0
+    scoring_seconds: float = 0.0
+    generation_calls: int = 0
+    generation_rows: int = 0
+    generation_seconds: float = 0.0
+
+    def add(self, requests: Sequence[Any], seconds: float) -> None:
+        self.calls += 1
+        self.rows += len(requests)
+        if requests and isinstance(requests[0], GenerateRequest):
+            self.generation_calls += 1
+            self.generation_rows += len(requests)
+            self.generation_seconds += seconds
+        else:
+            self.scoring_seconds += seconds
+
+    def __add__(self, other: "BackendUse") -> "BackendUse":
+        return BackendUse(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values())))
+
+    @property
+    def rows_per_call(self) -> float:
+        return self.rows / self.calls if self.calls else 0.0
+
+    def summary(self, wall_seconds: float) -> dict[str, float]:
+        """The counts, rows per call, and the seconds outside the backend of a phase that took `wall_seconds`."""
+        return {**asdict(self), "rows_per_call": round(self.rows_per_call, 2),
+                "engine_seconds": max(wall_seconds - self.scoring_seconds - self.generation_seconds, 0.0)}
+
+
+@dataclass
 class Meter:
-    """One run's cache view and ledger; the evaluator, the proposer and the embedding model share it."""
+    """One run's cache view and ledger; the evaluator, the proposer and the embedding model share it.
+
+    `prefetch` lets the model answer several requests in one backend call before they are asked for;
+    each answer is charged, cached and handed out only when `run` asks for it (`ahead` holds them till
+    then), so charges, their order, the cache and every trial are what asking one by one gives.
+    """
 
     cache: ResultCache | MeteredCache
     ledger: BudgetLedger
+    ahead: dict[str, Value] = field(default_factory=dict)
+    use: BackendUse = field(default_factory=BackendUse)
+    outage: BackendUnavailable | None = None  # met by a prefetch: the next request it did not answer stops on it
+
+    def _compute(self, compute: Callable[[list[Request]], list[Value]], requests: list[Request]) -> list[Value]:
+        start = time.perf_counter()
+        try:
+            return compute(requests)
+        finally:
+            self.use.add(requests, time.perf_counter() - start)
+
+    def prefetch(self, queries: Sequence[tuple[Sequence[str], Sequence[Request]]],
+                 compute: Callable[[list[Request]], list[Value]]) -> None:
+        """Answer in one backend call the requests of `queries` (each one request as `run` will be asked it:
+        its keys and requests) that neither the cache nor an earlier prefetch holds. Only whole queries the
+        call cap still pays for are fetched, in order, so the model never answers what no one pays for; with
+        a token cap nothing is (each bound would be counted twice). Nothing is charged or cached here. An
+        outage keeps what was answered, and the first request `run` then asks beyond those stops on it,
+        without waiting for the servers a second time: what that request got is booked as an outage books it."""
+        if self.ledger.cap_tokens is not None:
+            return
+        left = self.ledger.remaining_calls()
+        todo: dict[str, Request] = {}
+        for keys, requests in queries:
+            found = self.cache.get_many(list(dict.fromkeys(keys)))
+            if left is not None:  # what `run` will charge: each miss, and each hit another run paid for
+                left -= sum(key not in found for key in keys) + len(self.cache.unpaid(list(found)))
+                if left < 0:
+                    break
+            for key, request in zip(keys, requests):
+                if key not in found and key not in self.ahead:
+                    todo.setdefault(key, request)
+        if len(todo) < 2:  # one request gains nothing from being asked early
+            return
+        pending = list(todo.items())
+        try:
+            values = self._compute(compute, [request for _, request in pending])
+        except BackendUnavailable as exc:
+            values = [result_value(exc.completed[j]) if j in exc.completed else None for j in range(len(pending))]
+            exc.completed, self.outage = {}, exc
+        self.ahead.update((key, value) for (key, _), value in zip(pending, values) if value is not None)
+
+    def _answers(self, keys: Sequence[str], requests: list[Request],
+                 compute: Callable[[list[Request]], list[Value]]) -> list[Value]:
+        """The values of `keys` (misses): prefetched ones from `ahead`, the rest computed now in one call.
+        On an outage, its `completed` becomes the values answered, numbered over all of `keys`."""
+        fresh = [j for j, key in enumerate(keys) if key not in self.ahead]
+        try:
+            if fresh and self.outage is not None:
+                outage, self.outage = self.outage, None
+                raise outage
+            computed = self._compute(compute, [requests[j] for j in fresh]) if fresh else []
+        except BackendUnavailable as exc:
+            exc.completed = {**{j: self.ahead[key] for j, key in enumerate(keys) if key in self.ahead},
+                             **{fresh[i]: result_value(result) for i, result in exc.completed.items()}}
+            raise
+        values: list[Value | None] = [self.ahead.get(key) for key in keys]
+        for j, value in zip(fresh, computed):
+            values[j] = value
+        for key in keys:
+            self.ahead.pop(key, None)
+        return [v for v in values if v is not None]
 
     def run(self, keys: Sequence[str], kind: str, requests: Sequence[Request],
             bounds: Callable[[list[Request]], list[int]],
@@ -76,9 +180,9 @@ class Meter:
             bound = sum(_tokens(list(owed.values()))) + (sum(bounds(todo)) if todo else 0)
         reservation = self.ledger.reserve({kind: len(missing), kind + SHARED: len(owed)}, bound)
         try:
-            values = compute(todo) if todo else []
+            values = self._answers([keys[i] for i in missing], todo, compute) if todo else []
         except BackendUnavailable as exc:  # the answers received are kept, and paid for
-            answered = {keys[missing[j]]: result_value(result) for j, result in exc.completed.items()}
+            answered = {keys[missing[j]]: value for j, value in exc.completed.items()}
             self._book(reservation, kind, owed, answered)
             raise
         except BaseException:

@@ -178,6 +178,12 @@ class Optimizer(ABC):
         """Digest the records of a TrialRequest; return facts to log with the trial."""
         return {}
 
+    def upcoming(self) -> list[TrialRequest]:
+        """Requests this strategy will ask right after the current one whatever its answers (the rest of a
+        round, of a race step, of a screen): the driver has the model answer them together in one backend
+        call, while they are still asked, charged and told one by one. None by default."""
+        return []
+
     def tell_challenge(self, challenge: Challenge, decision: Decision) -> None:
         """The driver's decision on a challenge this optimizer asked for."""
         raise NotImplementedError(f"{self.name} asked for a challenge but does not digest one")
@@ -330,6 +336,7 @@ class SearchDriver:
         self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each leader took over
         self.sweep_use: dict[int, int] = {}
         self.sweep_accepts: dict[int, int] = {}
+        self.prefetched: set[tuple[str, tuple[str, ...]]] = set()  # (candidate, examples) answered ahead
 
     def run(self) -> SearchOutcome:
         """Ask, evaluate or challenge, tell, log — until the optimizer is done or the cap is hit."""
@@ -363,6 +370,7 @@ class SearchDriver:
             raise SearchStopped
         candidate = request.candidate
         if self.admits(candidate):
+            self.prefetch(request)
             records = self.evaluator.evaluate(candidate.spec, request.example_ids)
             self.seen[candidate.id] = candidate
         else:
@@ -370,6 +378,20 @@ class SearchDriver:
             records = [Record(i, examples[i].label, None, None, None, 0, 0, False) for i in request.example_ids]
         self.optimizer.observe(request, records)
         return records
+
+    def prefetch(self, request: TrialRequest) -> None:
+        """Unless an earlier batch held it: `request` and the strategy's `upcoming` requests of admitted
+        candidates, answered by the model in one call (`Evaluator.prefetch`), so the backend gets batches
+        as large as the strategy allows; results, charges and the log are those of asking one by one."""
+        if (request.candidate.id, request.example_ids) in self.prefetched:
+            return
+        batch = [r for r in (request, *self.optimizer.upcoming())
+                 if r.example_ids and (r.candidate.id, r.example_ids) not in self.prefetched and
+                 (r.candidate.id in self.seen or
+                  (r.candidate.id not in self.rejected and self.admission.refusal(r.candidate.spec) is None))]
+        if len(batch) > 1:
+            self.prefetched.update((r.candidate.id, r.example_ids) for r in batch)
+            self.evaluator.prefetch([(r.candidate.spec, r.example_ids) for r in batch])
 
     def run_challenge(self, challenge: Challenge) -> Decision:
         """Staged paired looks at the sweep's share of alpha; both prompts on the same prefix."""

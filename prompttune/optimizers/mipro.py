@@ -32,6 +32,7 @@ On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import optuna
@@ -100,6 +101,11 @@ class Mipro(Optimizer):
         shown = "\n".join(f"- {self.example_text(r.example_id)} -> {base.label_words[r.gold]}" for r in examples)
         summary = self.proposer(f"Here are labelled examples from a dataset:\n{shown}\n"
                                 "Describe in one sentence what task these examples come from.")
+        # The first instructions - 1 proposals are asked whatever they say: written together in one batched
+        # call, with the style tips the loop below will draw (read from a copy of the random state).
+        peek = copy.deepcopy(self.rng)
+        tips = [STYLE_TIPS[int(peek.integers(len(STYLE_TIPS)))] for _ in range(self.options.instructions - 1)]
+        self.proposer.prefetch([instruction_request(shown, base.label_words, tip, summary.strip()) for tip in tips])
         for _ in range(2 * self.options.instructions):
             if len(pool) >= self.options.instructions:
                 break

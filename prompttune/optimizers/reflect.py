@@ -229,6 +229,8 @@ class ReflectiveRace(Optimizer):
         self.moves = MOVES if self.options.sampled > 0 else MOVES[:-1]
         self.steps = 0
         self.race_scores: dict[tuple[str, int, str], float] = {}  # (candidate, block length, kind): blocks only grow
+        self.margin_memo: dict[str, dict[str, float]] = {}  # candidate -> example -> margin: parents are drawn each step
+        self.lookahead: list[tuple[Candidate, Sequence[str]]] = []  # what the stage asks next whatever the answers
         self.final_stage = False
         self.plan = self._search()
 
@@ -251,6 +253,11 @@ class ReflectiveRace(Optimizer):
             elif genome.demo_ids is not None and name in self.demo_dims and name != "few_shot.k":
                 values[name] = CHOSEN_DEMOS  # which demos; a swap or a like-dev set keeps k
         return {"dimensions": values}
+
+    def upcoming(self) -> list[TrialRequest]:
+        """The rest of the screen's draws, or of a race step (the pool on a grown block, a final race round)."""
+        return [TrialRequest(candidate, todo) for candidate, ids in self.lookahead
+                if (todo := self.missing(candidate, ids))]
 
     def ranking(self) -> list[Candidate]:
         """Finalists by the objective on their dev examples, then the pool by race score on the block."""
@@ -299,14 +306,14 @@ class ReflectiveRace(Optimizer):
         the pool is the best half of them there: a prompt is not dropped on one short block."""
         pool, sampled = self.options.pool, (self.options.sampled if self._writing() else 0.0)
         draws = self.context.space.distinct_candidates(self.rng, self._screen_width(sampled), first=[self.baseline])
+        # Without sampled instructions a draw's genome takes no call, so all are built first (the random draws
+        # in the same order) and the model answers the screen together; a proposal is asked where it was.
+        genomes = [] if sampled else [self._screen_genome(n, c, sampled) for n, c in enumerate(draws)]
         for number, candidate in enumerate(draws):
-            genome = Genome(candidate.assignment)
-            if number and int(number * sampled) > int((number - 1) * sampled):
-                text = self._sampled_instruction(candidate.spec)
-                genome = genome if text is None else replace(genome, instruction=text)
-            if number and self.demo_search and self.options.demo_sets and candidate.spec.demo_ids:
-                genome = replace(genome, demo_ids=self._demo_set(len(candidate.spec.demo_ids)))
-            yield from self._race(self._like_dev_demos(genome) if number else genome, "screen")
+            genome = genomes[number] if genomes else self._screen_genome(number, candidate, sampled)
+            self.lookahead = [(self._build(g), self.block) for g in genomes[number + 1:]]
+            yield from self._race(genome, "screen")
+        self.lookahead = []
         alive = self._by_score([k for k in self.candidates if k not in self.echoes])
         if len(alive) > pool:
             alive = alive[: 2 * pool] + ([] if self.baseline.id in alive[: 2 * pool] else [self.baseline.id])
@@ -315,6 +322,17 @@ class ReflectiveRace(Optimizer):
         self.pool = self._by_score(alive)[:pool]
         if self.baseline.id not in self.pool:  # the baseline stays a parent: edits start from it too
             self.pool[-1] = self.baseline.id
+
+    def _screen_genome(self, number: int, candidate: Candidate, sampled: float) -> Genome:
+        """The screen's `number`th draw as raced: a sampled instruction over it where its share says, its own demo
+        set (`demo_sets`), or the like-dev demos of its k; the baseline as it is."""
+        genome = Genome(candidate.assignment)
+        if number and int(number * sampled) > int((number - 1) * sampled):
+            text = self._sampled_instruction(candidate.spec)
+            genome = genome if text is None else replace(genome, instruction=text)
+        if number and self.demo_search and self.options.demo_sets and candidate.spec.demo_ids:
+            genome = replace(genome, demo_ids=self._demo_set(len(candidate.spec.demo_ids)))
+        return self._like_dev_demos(genome) if number else genome
 
     def _screen_width(self, sampled: float) -> int:
         """The most draws (at least 3) the screen's share pays for: each on the first block (plus the share
@@ -475,10 +493,13 @@ class ReflectiveRace(Optimizer):
         yield from self._complete(self.pool, self.block, "race block grows")
 
     def _complete(self, keys: Sequence[str], ids: Sequence[str], purpose: str) -> Iterator[TrialRequest]:
-        """Score each of `keys` on the examples of `ids` it has not been scored on."""
-        for key in keys:
+        """Score each of `keys` on the examples of `ids` it has not been scored on (one race step: the
+        model answers them together)."""
+        for number, key in enumerate(keys):
+            self.lookahead = [(self.candidates[k], ids) for k in keys[number + 1:]]
             if todo := self.missing(self.candidates[key], ids):
                 yield TrialRequest(self.candidates[key], todo, purpose)
+        self.lookahead = []
 
     def _answers_alike(self, twin: str, raw: str) -> bool:
         pairs = zip(self.records(self.candidates[twin], self.block), self.records(self.candidates[raw], self.block))
@@ -504,10 +525,23 @@ class ReflectiveRace(Optimizer):
                                 if not self.missing(self.candidates[k], self.block)], self.baseline)
         return [c.id for c in ranked]
 
+    def observe(self, request: TrialRequest, records: list[Record]) -> None:
+        super().observe(request, records)
+        known = self.margin_memo.get(request.candidate.id, {})
+        for record in records:
+            known.pop(record.example_id, None)
+
+    def _margins(self, key: str, ids: Sequence[str]) -> list[float]:
+        """`margin` of each of `ids` under `key`, computed once per answer."""
+        known = self.margin_memo.setdefault(key, {})
+        if new := [i for i in ids if i not in known]:
+            known.update((r.example_id, margin(r)) for r in self.records(self.candidates[key], new))
+        return [known[i] for i in ids]
+
     def _parent(self) -> str:
         """A pool prompt on the per-example Pareto front, drawn in proportion to the block examples
         on which it has the best margin (ties shared)."""
-        margins = np.array([[margin(r) for r in self.records(self.candidates[k], self.block)] for k in self.pool])
+        margins = np.array([self._margins(k, self.block) for k in self.pool])
         best = margins >= margins.max(axis=0) - 1e-9
         wins = best.sum(axis=1).astype(float)
         return self.pool[int(self.rng.choice(len(self.pool), p=wins / wins.sum()))]

@@ -120,6 +120,14 @@ class SuccessiveHalving(Optimizer):
             return self.ask()
         return None
 
+    def upcoming(self) -> list[TrialRequest]:
+        """The rest of this round: every survivor on the round's block."""
+        if self.round >= len(self.schedule):
+            return []
+        block = self.context.dev_ids[self.block_start:self.block_start + self.schedule[self.round][1]]
+        return [TrialRequest(c, todo, f"round {self.round + 1}") for c in self.survivors
+                if (todo := self.missing(c, block))]
+
     def _advance(self) -> None:
         self.block_start += self.schedule[self.round][1]
         self.round += 1

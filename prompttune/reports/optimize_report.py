@@ -343,7 +343,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"{f' of the token cap {ledger.cap_tokens}' if ledger.cap_tokens else ''}"
         f"{'; stopped by the cap' if o.stopped_by_budget else ''}. Held-out verdict (not charged "
         f"to the search budget): {result.confirm_ledger.calls} calls, {result.confirm_ledger.tokens} "
-        f"tokens. Wall time {result.wall_seconds:.0f} s."
+        f"tokens. Wall time {result.wall_seconds:.0f} s.{_backend_use(result.backend_use)}"
         + (f" Resumed after an interruption{f' ({result.resumed.reason})' if result.resumed.reason else ''}: "
            f"{result.resumed.trials_before} trials had been logged "
            f"(kept in trials.interrupted.jsonl); {result.resumed.calls_replayed} search calls were served by "
@@ -430,3 +430,13 @@ def _print_generation(check: GenerationCheck, console: Console) -> None:
     console.print(table)
     if warning := generation_warning(check):
         console.print(f"warning: {warning}")
+
+
+def _backend_use(use: dict[str, float]) -> str:
+    """How work reached the model in search and verdict: calls, rows per call, and where the seconds went."""
+    if not use:
+        return ""
+    return (f" The model got {use['rows']:.0f} requests in {use['calls']:.0f} backend calls ({use['rows_per_call']:.1f} "
+            f"per call; {use['generation_calls']:.0f} of them generating); search and verdict took "
+            f"{use['scoring_seconds']:.1f} s scoring, {use['generation_seconds']:.1f} s generating and "
+            f"{use['engine_seconds']:.1f} s in the engine.")

@@ -60,6 +60,7 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "frozen": list(result.space.frozen),
         "ledgers": {"search": result.search_ledger.summary(), "confirm": result.confirm_ledger.summary()},
         "wall_seconds": result.wall_seconds,
+        "backend_use": result.backend_use,
         "servers": result.servers,
     }
     test = {ex.id: ex for ex in task.splits["test"]}

@@ -1,0 +1,102 @@
+"""Big batches (issue 42): the backend gets a round, a race step, the screen and the held-out verdict in one
+call each, while results stay those of asking one by one (tests/test_engine_equivalence.py holds the trial
+logs to their recorded digests), and the run records how work reached the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import prompttune
+from prompttune.backends.oracle import OracleProblem
+from prompttune.core.errors import BackendUnavailable
+from prompttune.core.types import ScoreResult
+from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.evaluation.metering import Meter
+from prompttune.optimizers.base import SearchDriver
+from tests.support import CountingBackend
+
+
+class CallCounter(CountingBackend):
+    """Counts backend calls (batches), not only the requests in them."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.batches = self.generate_batches = 0
+
+    def score(self, requests):
+        self.batches += 1
+        return super().score(requests)
+
+    def generate(self, requests):
+        self.batches += 1
+        self.generate_batches += 1
+        return super().generate(requests)
+
+
+def test_a_successive_halving_round_and_the_verdict_reach_the_model_in_one_call_each(tmp_path: Path) -> None:
+    problem = OracleProblem.colours()
+    backend = CallCounter(problem.backend)
+    run = prompttune.optimize(problem.task, optimizer="sh", budget=600, space=problem.space, backend=backend,
+                              runs_dir=str(tmp_path))
+    assert run.strategy.optimizer.schedule == [(10, 20), (3, 100)]
+    # one call per round, the baseline's top-up on the last round's block, one for the verdict (both prompts);
+    # asked one by one the rounds alone took 10 + 3 calls and the verdict 2
+    assert backend.batches == 4
+    assert run.search_ledger.calls == 600 and backend.calls == 600 + 2 * len(problem.task.splits["test"])
+    use = json.loads((run.run_dir / "verdict.json").read_text())["backend_use"]
+    assert use["calls"] == 4 and use["rows_per_call"] == backend.calls / 4
+    assert "backend calls (" in (run.run_dir / "report.md").read_text()
+
+
+def _reflect_run(monkeypatch, batched: bool) -> tuple[CallCounter, list[dict]]:
+    if not batched:  # every request asked alone, as before batching
+        monkeypatch.setattr(SearchDriver, "prefetch", lambda self, request: None)
+        monkeypatch.setattr(Evaluator, "prefetch", lambda self, work: None)
+    problem = OracleProblem.colours()
+    backend = CallCounter(problem.backend)
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                              backend=backend, record=False)
+    monkeypatch.undo()
+    assert run.backend_use["calls"] == backend.batches
+    return backend, [*run.trials.load(), run.search_ledger.summary(), run.verdict.summary()]
+
+
+def test_reflect_screens_and_races_in_batches_with_the_same_trials_and_charges(monkeypatch) -> None:
+    alone, alone_log = _reflect_run(monkeypatch, batched=False)
+    batched, batched_log = _reflect_run(monkeypatch, batched=True)
+    assert batched_log == alone_log
+    assert batched.calls == alone.calls  # the same requests reach the model, in fewer, larger calls
+    assert batched.batches < 0.6 * alone.batches  # 18 against 34 here
+
+
+def test_mipro_writes_the_proposals_it_will_ask_for_in_one_generate_call() -> None:
+    problem = OracleProblem.colours()
+    backend = CallCounter(problem.backend)
+    run = prompttune.optimize(problem.task, optimizer="mipro", budget=400, space=problem.space, backend=backend,
+                              options={"instructions": 3}, record=False)
+    proposals = run.search_ledger.calls_by_kind["propose"]
+    assert proposals >= 3  # the task summary, then at least two instructions
+    # the summary alone, then the first two proposals together (any further one, asked after a duplicate, alone)
+    assert backend.generate_batches == proposals - 1
+
+
+def test_an_outage_met_ahead_stops_the_first_request_it_left_unanswered_without_a_second_wait() -> None:
+    calls: list[list[str]] = []
+
+    def compute(requests: list[str]) -> list[dict]:
+        calls.append(requests)
+        raise BackendUnavailable("servers down", {0: ScoreResult((-0.5, -1.0), 3, 2)})
+
+    meter = Meter(ResultCache(), BudgetLedger(cap_calls=10))
+    meter.prefetch([(["a"], ["ask a"]), (["b"], ["ask b"])], compute)
+    assert len(calls) == 1 and "a" in meter.ahead and meter.outage is not None
+    [value], cached = meter.run(["a"], "score", ["ask a"], lambda r: [0] * len(r), compute)
+    assert value["logprobs"] == [-0.5, -1.0] and cached == [False] and len(calls) == 1  # answered ahead
+    with pytest.raises(BackendUnavailable):
+        meter.run(["b"], "score", ["ask b"], lambda r: [0] * len(r), compute)
+    assert len(calls) == 1 and meter.ledger.calls == 1  # no second wait; only what was answered is paid for
