@@ -17,7 +17,7 @@ from prompttune.engine.export import as_json, as_text, template
 from prompttune.evaluation.confirmation import Confirmation, Verdict
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import GenerationCheck
+from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
@@ -101,6 +101,7 @@ class RunResult:
     servers: dict[str, dict[str, int]] = field(default_factory=dict)  # per-server counts (openai backend)
     test_looks: int = 1  # verdicts this run's test split has served, this one included (engine.verdicts)
     generation_check: GenerationCheck | None = None  # --check-generation: the prompts served by generation
+    finalists: FinalistRescoring | None = None  # serve generate: the search's top prompts rescored by generation
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
     per_class: PerClass | None = None  # per-class test figures and the classes lost beyond --class-loss-margin
     versions: dict[str, str] = field(default_factory=dict)  # what produced the run (engine.study.run_versions)

@@ -15,6 +15,7 @@ from prompttune.comparing.arms import DSPY_ARMS, ArmRun
 from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import KEEP_RULES, ArmSummary, Scores, SeedPair
+from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text
 from prompttune.reports.optimize_report import lost_classes, versions_lines
@@ -241,7 +242,8 @@ def write_report(comparison: "Comparison") -> None:
         f"{matched.unit} · "
         f"{len(c.seeds)} seed(s)",
         "",
-        f"Model `{config.model}`, scoring `{config.scoring}` for every arm's search and held-out verdict; "
+        f"Model `{config.model}`; serving contract `serve: {config.contract}` ({contract.WORDS[config.contract]}) "
+        f"for every arm, its held-out verdict scored by {contract.scored_by(config.contract)}; "
         f"splits {task_sizes}, each seed on its own draw shared by all its arms (optimizer seed → split seed: "
         f"{', '.join(f'{seed} → {c.split_seeds[seed]}' for seed in c.seeds)}). Wall time {c.wall_seconds:.0f} s.",
         "",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from prompttune.core.config import RunConfig
 from prompttune.core.storage import read_json
+from prompttune.evaluation.contract import scored_by
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text
 from prompttune.reports.compare_report import (
@@ -130,7 +132,9 @@ def compare_page(run_dir: Path) -> str:
         para("Generated from summary.json and config.json; the McNemar tests between the leading arms and the DSPy "
              "notes are in report.md.", "note"),
     ]
-    subtitle = (f"{summary['headline'].capitalize()}. Model {run['model']}, scoring {run['scoring']}; "
+    serve = RunConfig.model_validate(run).contract  # an older config.json says `scoring`, not `serve`
+    subtitle = (f"{summary['headline'].capitalize()}. Model {run['model']}, serve {serve} (verdicts by "
+                f"{scored_by(serve)}); "
                 f"{matched['unit']}-matched: cap {matched['limit']} search {matched['unit']} per run; "
                 f"splits train {run['train_size']} / dev {run['dev_size']} / test {run['test_size']} shared by all "
                 f"arms; seeds {', '.join(map(str, config['seeds']))}.")

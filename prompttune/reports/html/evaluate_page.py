@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.core.storage import read_json
+from prompttune.evaluation.contract import scored_by
 from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import top_two_gap
 from prompttune.reports import ci_text
@@ -98,5 +99,6 @@ def evaluate_page(run_dir: Path) -> str:
               para("Generated from prompts.jsonl, records.jsonl and summary.json; prompt texts are in report.md.",
                    "note")]
     subtitle = (f"Model {config['model']}; {len(prompts)} prompts on {n_examples} {config['split']} examples; "
-                f"seed {config['seed']}.")
+                f"seed {config['seed']}"
+                + (f"; serve {config['serve']}, scored by {scored_by(config['serve'])}." if config.get("serve") else "."))
     return document(f"prompttune evaluate: {Path(config['task']).stem} · {len(prompts)} prompts", subtitle, parts)
