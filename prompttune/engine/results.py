@@ -143,5 +143,6 @@ class RunResult:
         (out / "prompt.txt").write_text(shipped.template() + "\n", encoding="utf-8")
         facts: dict[str, Any] = as_json(shipped.spec, list(shipped.demos), self.config, self.run_dir)
         facts["verdict"] = self.verdict.summary()
+        facts["serve"] = self.config.contract
         (out / "prompt.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False), encoding="utf-8")
         return out

@@ -173,7 +173,6 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     task = task or load_run_task(config)
     serve, declared = run_contract(config, task)
     config = config.model_copy(update={"serve": serve})  # resolved: config.json and every reader see the contract
-    console.print(contract.contract_line(serve, declared))
     space = space or load_space(config, task)
     if objective is None:
         get_objective(config.objective)
@@ -187,6 +186,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
                             if config.proposer_model else backend)
         counts_at_start = backend.server_counts()
+        console.print(contract.contract_line(serve, declared))  # the run's first line, once the model answers
         console.print(backend.describe())
         train = {ex.id: ex for ex in visible.splits["train"]}
         check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
@@ -254,7 +254,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                 console.print(f"generation check on the first {config.check_generation} test examples…")
                 generation = check_generation(verdict, Evaluator(
                     backend, {ex.id: ex for ex in test}, train, cache_view(generation_ledger), generation_ledger,
-                    scoring="generate"), config.check_generation, config.scoring)
+                    scoring="generate"), config.check_generation, serve)
         except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
             if run_dir:
                 mark_interrupted(run_dir, str(exc), servers())

@@ -11,22 +11,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+from prompttune.core.config import Serve
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import Record
 from prompttune.evaluation.confirmation import Verdict
-from prompttune.evaluation.contract import FINALISTS
+from prompttune.evaluation.contract import FINALISTS, scored_by
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.search_spaces.space import Candidate
 
 INVALID_SHOWN = 3  # generations without a label kept per prompt, so a reader sees what the model said
 MIN_VALID_RATE = 0.90  # below this share of answers holding one label, the check warns
 MAX_ACCURACY_GAP = 0.05  # a larger gap between the verdict's accuracy and generation's, the check warns
-
-
-def scored_by(scoring: str) -> str:
-    """How the run's verdict scored its prompts, in words."""
-    return {"generate": "generation", "calibrated": "label log-probabilities (calibrated)"}.get(
-        scoring, "label log-probabilities")
 
 
 @dataclass(frozen=True)
@@ -52,7 +47,7 @@ class GenerationCheck:
     prompts: tuple[ServedPrompt, ...] = ()
     calls: int = 0
     tokens: int = 0
-    skipped: str | None = None
+    skipped: str | None = None  # why a check was skipped (runs written before serve: generate replaced the check)
     by_verdict: bool = False  # the verdict's own records (serve: generate), not a check of its own
 
     def to_dict(self) -> dict:
@@ -99,18 +94,15 @@ class GenerationCheck:
         return cls(**{**data, "prompts": prompts})
 
 
-def check_generation(verdict: Verdict, generator: Evaluator, n: int, scoring: str) -> GenerationCheck:
+def check_generation(verdict: Verdict, generator: Evaluator, n: int, serve: Serve) -> GenerationCheck:
     """The baseline, the shipped prompt and the dev winner (each once) scored by `generator` (scoring
-    "generate", over the test split) on the verdict's first `n` test examples."""
-    verdict_by = scored_by(scoring)
+    "generate", over the test split) on the verdict's first `n` test examples, beside the verdict's figures under
+    `serve` (never "generate": that verdict's own records give the figures, `served_by_verdict`)."""
     ids = list(verdict.test_ids[:n])
-    if scoring == "generate":
-        return GenerationCheck(len(ids), verdict_by, skipped="the verdict itself scored by generation, so the check "
-                                                             "would repeat it")
     served = [_served(role, candidate.id, generator.evaluate(candidate.spec, ids),
                       verdict.records[candidate.id][:len(ids)])
               for role, candidate in _roles(verdict)]
-    return GenerationCheck(len(ids), verdict_by, tuple(served), generator.ledger.calls, generator.ledger.tokens)
+    return GenerationCheck(len(ids), scored_by(serve), tuple(served), generator.ledger.calls, generator.ledger.tokens)
 
 
 def served_by_verdict(verdict: Verdict) -> GenerationCheck:

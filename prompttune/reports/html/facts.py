@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
-from prompttune.evaluation.serving import scored_by
+from prompttune.evaluation.contract import scored_by
 
 if TYPE_CHECKING:
     from prompttune.engine.results import RunResult
@@ -46,7 +46,8 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "task": task.name, "labels": task.labels,
         "splits": {name: len(split) for name, split in task.splits.items()},
         "serve": result.config.contract,
-        "verdict": {"summary": v.summary(), "scored_by": scored_by(result.config.scoring), "serve": result.config.contract,
+        "verdict": {"summary": v.summary(), "scored_by": scored_by(result.config.contract),
+                    "serve": result.config.contract,
                     "interim": o.interrupted,
                     "alpha": v.alpha, "top_k": v.top_k,
                     "test_split_verdicts": result.test_looks, "baseline": v.baseline.id,
