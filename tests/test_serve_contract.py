@@ -13,7 +13,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.engine import study
+from prompttune.engine import comparison, evaluation, study
 from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.engine.setup import load_run_task
 from prompttune.engine.study import run_study
@@ -89,7 +89,9 @@ def test_serve_generate_ships_no_offsets_and_decides_by_generation(capsys, tmp_p
     finalists = facts["finalists"]["finalists"]
     assert len(finalists) >= FINALISTS and facts["verdict"]["baseline"] in {f["candidate_id"] for f in finalists}
     assert facts["verdict"]["dev_winner"] == finalists[0]["candidate_id"]  # the generated-dev winner was tested
-    assert facts["finalists"]["n"] == min(60, 400 // (2 * (FINALISTS + 1)))
+    kept_back = (FINALISTS + 1) * min(60, 400 // (2 * (FINALISTS + 1)))  # the search's cap was 400 less this
+    assert facts["ledgers"]["search"]["calls_by_kind"]["score"] <= 400 - kept_back
+    assert facts["finalists"]["n"] >= kept_back // (FINALISTS + 1)
     # The rescoring is charged to the search budget, which held it back: the cap holds.
     search = facts["ledgers"]["search"]
     assert search["calls"] <= 400 and search["calls_by_kind"]["generate"] == facts["finalists"]["calls"] > 0
@@ -201,6 +203,33 @@ def test_an_old_run_directory_without_serve_loads_and_reports(tmp_path: Path) ->
     assert "serve logprobs" in (result.run_dir / "report.html").read_text()
 
 
+def test_compare_and_evaluate_state_the_contract(capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = colours_task_file(tmp_path)
+    monkeypatch.setattr(comparison, "build_backend", generating_oracle)
+    assert main(["compare", "--task", str(task), "--optimizers", "random,reflect", "--seeds", "1", "--serve",
+                 "generate", *SIZES, "--runs-dir", str(tmp_path / "compare")]) == 0
+    compare_dir, = (tmp_path / "compare").glob("*-colours-compare")
+    report = (compare_dir / "report.md").read_text()
+    assert "serving contract `serve: generate`" in report and "held-out verdict scored by generation" in report
+    assert "serve generate (verdicts by generation)" in (compare_dir / "report.html").read_text()
+    for arm_config in compare_dir.rglob("config.json"):
+        run = json.loads(arm_config.read_text())
+        assert run.get("serve", run.get("run", {}).get("serve")) == "generate"
+    for trials in compare_dir.rglob("trials.jsonl"):
+        assert not any(_offsets(t.get("spec", {})) for t in _trials(trials.parent))
+    (tmp_path / "prompts.yaml").write_text("- 'Item: {text}\nColour:'\n- 'Item: {text}\nLabel:'\n")
+    # evaluate builds its model from the shared settings, without split sizes: the oracle over the same draw.
+    monkeypatch.setattr(evaluation, "build_backend", lambda _: generating_oracle(oracle_config(tmp_path)))
+    capsys.readouterr()
+    assert main(["evaluate", "--task", str(task), "--prompts", str(tmp_path / "prompts.yaml"), "--serve", "generate",
+                 "--train-size", "60", "--dev-size", "60", "--test-size", "90", "--runs-dir",
+                 str(tmp_path / "evaluate")]) == 0
+    assert "generate accuracy" in capsys.readouterr().out
+    evaluate_dir = next((tmp_path / "evaluate").glob("*-evaluate-*"))
+    assert "Serving contract `serve: generate`" in (evaluate_dir / "report.md").read_text()
+    assert "serve generate, scored by generation" in (evaluate_dir / "report.html").read_text()
+
+
 class LabelWordsOfTwoTokens(CountingBackend):
     """Counts a label continuation as two tokens: no `logit_bias` can carry its offsets."""
 
@@ -277,3 +306,29 @@ def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None
         EvaluateConfig(serve="generate", max_new_tokens=32)
     assert EvaluateConfig(serve="generate").scoring == "generate" and EvaluateConfig(serve="choice").scoring == "logit"
     assert load_run_task(oracle_config(tmp_path)).serve is None
+
+
+@pytest.mark.integration
+def test_serve_generate_with_the_embedded_model(data_dir: Path, tmp_path: Path, embedded_model) -> None:
+    """The real model under `serve: generate`: no trial carries offsets, the finalists and the verdict generate, and
+    `evaluate --serve generate` makes the same requests (its cache is the run's) and gives the verdict's accuracies
+    on the same test examples."""
+    config = RunConfig(task="agnews", data_dir=str(data_dir), serve="generate", optimizer="random", budget=80,
+                       train_size=10, dev_size=10, test_size=8, runs_dir=str(tmp_path))
+    result = run_study(config, backend=embedded_model)
+    assert not any(_offsets(t.get("spec", {})) for t in result.trials.load())
+    assert result.finalists is not None and result.finalists.n == 10 and result.finalists.calls > 0
+    assert result.confirm_ledger.calls_by_kind.keys() == {"generate"}
+    verdict = result.verdict
+    prompts = [NamedPrompt(role, candidate.spec, role) for role, candidate in
+               (("baseline", verdict.baseline), ("dev winner", verdict.dev_winner))]
+    evaluation = run_evaluation(EvaluateConfig(task="agnews", data_dir=str(data_dir), serve="generate", split="test",
+                                               train_size=10, dev_size=10, test_size=8,
+                                               runs_dir=str(tmp_path / "evaluate"),
+                                               cache=str(result.run_dir / "cache.sqlite")),
+                                backend=embedded_model, prompts=prompts)
+    assert evaluation.ledger.calls_by_kind.keys() <= {"generate"}  # the same requests: the run's answers
+    assert evaluation.example_ids == list(verdict.test_ids)
+    leader = verdict.leader_confirmation
+    assert [s.accuracy for s in evaluation.settings[0].scores] == [leader.baseline_accuracy, leader.best_accuracy]
+    assert "valid responses (generation)" in (result.run_dir / "report.md").read_text()

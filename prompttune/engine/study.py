@@ -237,7 +237,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                 ranking, finalists = rescore_finalists(
                     outcome.ranking, baseline, Evaluator(backend, seen_examples, train, search_view, search_ledger,
                                                          scoring="generate"),
-                    context.dev_ids[:contract.finalist_examples(config.budget, len(context.dev_ids))], context.score)
+                    context.dev_ids, context.score)
             alpha = look_alpha(config.alpha, spent_alpha(run_dir) if run_dir else 0.0, interim)
             confirm_ledger = BudgetLedger()
             test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),

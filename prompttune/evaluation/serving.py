@@ -133,7 +133,7 @@ class Finalist:
     """A prompt rescored by generation on dev under `serve: generate`."""
 
     candidate_id: str
-    search_rank: int | None  # its place in the search's ranking (1 = leader); None: the baseline below the top
+    search_rank: int | None  # its place in the search's ranking (1 = leader); None: the baseline
     valid_rate: float
     score: float  # the run's objective by generation
 
@@ -159,11 +159,14 @@ class FinalistRescoring:
 def rescore_finalists(ranking: Sequence[Candidate], baseline: Candidate, generator: Evaluator,
                       dev_ids: Sequence[str], score: Callable[[Sequence[Record]], float]
                       ) -> tuple[list[Candidate], FinalistRescoring]:
-    """The top `FINALISTS` of the search's `ranking` and the baseline (baseline first, so it is always scored),
-    each by generation on `dev_ids`, re-ranked by that score (the baseline wins ties, earlier search ranks the
-    rest): the generated-dev winner leads the ranking handed to the verdict, the rest of the ranking follows."""
-    top = list(ranking[:FINALISTS])
-    order = [baseline, *[c for c in top if c.id != baseline.id]]
+    """The baseline and the first `FINALISTS` other prompts of the search's `ranking` (the baseline first, so it is
+    always scored), each by generation on the first of `dev_ids` that the generator's remaining calls pay for (at
+    least the calls the search kept back: `contract.finalist_examples`), re-ranked by
+    that score (the baseline wins ties, earlier search ranks the rest): the generated-dev winner leads the ranking
+    handed to the verdict, the rest of the ranking follows."""
+    order = [baseline, *[c for c in ranking if c.id != baseline.id][:FINALISTS]]
+    left = generator.ledger.remaining_calls()
+    dev_ids = list(dev_ids if left is None else dev_ids[:left // len(order)])  # what the calls left pay for
     calls_before = generator.ledger.calls
     scored: list[tuple[Candidate, Finalist]] = []
     cut_short = False
@@ -174,7 +177,7 @@ def rescore_finalists(ranking: Sequence[Candidate], baseline: Candidate, generat
             cut_short = True
             break
         rank = next((i for i, c in enumerate(ranking, 1) if c.id == candidate.id), None)
-        scored.append((candidate, Finalist(candidate.id, rank if rank is not None and rank <= FINALISTS else None,
+        scored.append((candidate, Finalist(candidate.id, None if candidate.id == baseline.id else rank,
                                            sum(r.valid for r in records) / len(records), score(records))))
     position = {c.id: i for i, c in enumerate(order)}
     ranked = sorted(scored, key=lambda pair: (-pair[1].score, pair[0].id != baseline.id, position[pair[0].id]))

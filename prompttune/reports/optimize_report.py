@@ -256,7 +256,10 @@ def _dev_paragraph(result: "RunResult", dev_alpha: float) -> str:
         return "The search scored no dev example, so the baseline stands as the dev winner." + challenges
     gain = o.leader_dev_score - o.baseline_dev_score
     bias = selection_bias_scale(accuracy_sigma(o.leader_dev_score, o.leader_dev_n), max(o.family, 1))
-    return (f"Dev winner `{v.dev_winner.id}` {o.leader_dev_score:.3f} on {o.leader_dev_n} examples; baseline "
+    leader = (f"Search leader `{o.leader.id}` (by label log-probabilities, the search's proxy; the dev winner "
+              f"tested is `{v.dev_winner.id}`, the finalists' best by generation)" if result.finalists
+              else f"Dev winner `{v.dev_winner.id}`")
+    return (f"{leader} {o.leader_dev_score:.3f} on {o.leader_dev_n} examples; baseline "
             f"{o.baseline_dev_score:.3f} on {o.baseline_dev_n} of them (gain {gain:+.3f}); selected from "
             f"F = {o.family} candidates ({o.n_candidates} evaluated in {o.n_trials} trials). Selection-bias scale "
             f"σ·√(2 ln F) = {bias:.3f} at n = {o.leader_dev_n}: {_noise_phrase(gain, bias)}." + challenges)

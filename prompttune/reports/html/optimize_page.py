@@ -252,7 +252,9 @@ def _verdict_section(facts: dict, serve: Serve) -> Html:
              f"{t['confirmation']['comparison']['p_one_sided']:.3g}", f"{t['p_adjusted']:.3g}",
              Html('<b class="ok">yes</b>' if t["confirmed"] else '<span class="bad">no</span>')]
             for rank, t in enumerate(v["tested"], 1)]
-    dev = (f"Dev winner {s['leader_dev_score']:.3f} on {s['leader_dev_n']} dev examples vs baseline "
+    leader = ("The search's leader by label log-probabilities (its proxy; the dev winner tested is the finalists' best "
+              "by generation, below)" if facts.get("finalists") else "Dev winner")
+    dev = (f"{leader} {s['leader_dev_score']:.3f} on {s['leader_dev_n']} dev examples vs baseline "
            f"{s['baseline_dev_score']:.3f} on {s['baseline_dev_n']} of them, selected from F = {s['family']} "
            "candidates (selected on dev: optimistic)." if s["leader_dev_n"] else "The search scored no dev example.")
     return section(
