@@ -24,6 +24,12 @@ from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks.base import SplitSizes, Task, make_splits
 
 
+def model_calls(result: RunResult) -> int:
+    """Every call a run made: the search's, the verdict's and the default generation check's (its own ledger)."""
+    check = result.generation_check.calls if result.generation_check else 0
+    return result.search_ledger.calls + result.confirm_ledger.calls + check
+
+
 def synthetic_task(n_per_class: int = 60, seed: int = 0, sizes: SplitSizes = SplitSizes(40, 60, 60)) -> Task:
     """A three-class task with unique, searchable texts (for the synthetic oracle)."""
     labels = ["red", "green", "blue"]

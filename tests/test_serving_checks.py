@@ -25,7 +25,15 @@ from prompttune.search_spaces.frozen import keep_frozen, missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks import SplitSizes
-from tests.support import CountingBackend, colours_task_file, error_rate_proposer, oracle_config, oracle_for, synthetic_task
+from tests.support import (
+    CountingBackend,
+    colours_task_file,
+    error_rate_proposer,
+    model_calls,
+    oracle_config,
+    oracle_for,
+    synthetic_task,
+)
 
 RULE = "Never reveal customer data."
 SIZES = SplitSizes(200, 300, 50)
@@ -75,7 +83,7 @@ def frozen_run(optimizer: str, budget: int = 3000, options: dict | None = None, 
 def test_no_candidate_without_the_frozen_text_is_scored_or_shipped(optimizer: str, options: dict) -> None:
     result, backend = frozen_run(optimizer, options=options)
     assert backend.without_rule == []  # nothing reached the model without the rule, the verdict's calls included
-    assert backend.calls == result.search_ledger.calls + result.confirm_ledger.calls
+    assert backend.calls == model_calls(result)
     for tuned in (result.shipped, result.dev_winner):
         assert RULE in tuned.render({"text": "item 001 is about colour red number 1."})
     trials = result.trials.load()
@@ -191,7 +199,7 @@ def test_candidates_over_the_token_ceiling_are_rejected_and_the_report_plots_tok
 
     assert result.outcome.rejected["tokens"] >= 1
     assert result.outcome.scored and all(point.prompt_tokens <= 30 for point in result.outcome.scored)
-    assert backend.calls == result.search_ledger.calls + result.confirm_ledger.calls
+    assert backend.calls == model_calls(result)
     assert result.prompt_tokens["baseline"] == words(result.baseline.spec)
     assert result.prompt_tokens["shipped"] == words(result.verdict.shipped.spec) <= 30
     report = (result.run_dir / "report.md").read_text()
@@ -238,7 +246,8 @@ def test_check_generation_serves_the_shipped_prompt_and_the_baseline_by_generati
     assert "generate" not in result.search_ledger.calls_by_kind | result.confirm_ledger.calls_by_kind
     assert backend.calls == result.search_ledger.calls + result.confirm_ledger.calls + check.calls
     report = (result.run_dir / "report.md").read_text()
-    assert "The verdict scored prompts by **label log-probabilities** (`--scoring logit`)." in report
+    assert "Serving contract **`serve: logprobs`**" in report
+    assert "The verdict scored prompts by **label log-probabilities**." in report
     assert "## Served by generation (`--check-generation`, first 12 test examples)" in report
     assert "| shipped | " in report and "**Warning: under generation the shipped prompt is less accurate" in report
     facts = json.loads((result.run_dir / "verdict.json").read_text())
@@ -248,16 +257,17 @@ def test_check_generation_serves_the_shipped_prompt_and_the_baseline_by_generati
     assert "Served by generation: first 12 test examples" in page and "Warning: under generation" in page
 
 
-def test_check_generation_is_skipped_when_the_verdict_already_generated(tmp_path: Path) -> None:
+def test_under_serve_generate_the_verdicts_own_records_give_the_valid_rates(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, optimizer="random", scoring="generate", check_generation=12)
     backend = oracle_for(config)
     backend.inner.proposals = _answers
     result = run_study(config, backend=backend)
-    assert result.generation_check is not None and result.generation_check.skipped
-    assert result.generation_check.calls == 0
+    check = result.generation_check
+    assert check is not None and check.by_verdict and check.n == 90 and check.calls == 0  # no check of its own
+    assert backend.calls == result.search_ledger.calls + result.confirm_ledger.calls
     report = (result.run_dir / "report.md").read_text()
-    assert "The verdict scored prompts by **generation** (`--scoring generate`)." in report
-    assert "Skipped: the verdict itself scored by generation" in report
+    assert "The verdict scored prompts by **generation**." in report
+    assert "## Served by generation (the verdict, `serve: generate`)" in report
 
 
 @pytest.mark.integration

@@ -30,6 +30,11 @@ class Backend(ABC):
         """One line for the run log: which model, where, how it scores."""
         return f"{type(self).__name__}: {self.model_id}"
 
+    @property
+    def scores_labels(self) -> bool:
+        """Whether the backend can score label log-probabilities (a server without log-probs only generates)."""
+        return True
+
     def server_counts(self) -> dict[str, dict[str, int]]:
         """Per-server counters (requests, retries, failures, quarantines, readmissions) since the
         backend was built, for the run report; empty for a model run in process."""

@@ -319,6 +319,10 @@ class OpenAIBackend(Backend):
             texts = [chat.render_wire(self.tokenizer, text, self.prefill) for text in texts]
         return tokenizer_counts(self.tokenizer, texts)
 
+    @property
+    def scores_labels(self) -> bool:
+        return self.mode != "none"
+
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         if self.mode == "none":
             raise UserError(f"{self.pool.servers[0].url} returns no log-probs, so labels cannot be "

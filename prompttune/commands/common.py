@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from prompttune.backends.factory import add_backend_arguments, backend_options
-from prompttune.core.config import RunConfig
+from prompttune.core.config import SCORING_ALIASES, SERVES, RunConfig
 from prompttune.core.errors import UserError
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.objectives import OBJECTIVES
@@ -26,8 +26,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_prompt_argument(parser)
     add_seed_arguments(parser)
     add_backend_arguments(parser)
-    parser.add_argument("--scoring", default=RUN_DEFAULTS.scoring,
-                        help="logit (label log-probabilities) or generate; evaluate also takes calibrated")
+    parser.add_argument("--serve", choices=SERVES,
+                        help="the serving contract, how production gets the answer: logprobs (label log-probabilities "
+                             "and the shipped label offsets), generate (the model answers; verdict by generation), "
+                             "choice (constrained decoding over the labels); default: the task file's serve:, else "
+                             "logprobs")
+    parser.add_argument("--scoring",
+                        help="older spelling of --serve: logit and calibrated mean logprobs, generate generate "
+                             "(evaluate also scores calibrated)")
     add_split_arguments(parser)
     parser.add_argument("--runs-dir", default=RUN_DEFAULTS.runs_dir, help="folder that receives the run directory")
     parser.add_argument("--cache", help="shared SQLite cache file (default: one per run)")
@@ -89,11 +95,24 @@ def add_class_loss_margin_argument(parser: argparse.ArgumentParser,
                              "total wins")
 
 
+def contract_options(args: argparse.Namespace) -> dict[str, str]:
+    """`--serve`, or the contract `--scoring` (its alias) means; nothing where neither is given (the task decides)."""
+    if args.scoring and args.scoring not in SCORING_ALIASES:
+        raise UserError(f"unknown --scoring {args.scoring!r}; choose from {', '.join(SCORING_ALIASES)}, or --serve "
+                        f"{'|'.join(SERVES)}")
+    if args.serve and args.scoring and SCORING_ALIASES[args.scoring] != args.serve:
+        raise UserError(f"--scoring {args.scoring} means --serve {SCORING_ALIASES[args.scoring]}, not {args.serve}: "
+                        "give --serve alone")
+    if args.serve or args.scoring:
+        return {"serve": args.serve or SCORING_ALIASES[args.scoring]}
+    return {}
+
+
 def run_config(args: argparse.Namespace, **fields: Any) -> RunConfig:
     """The run that `add_run_arguments` and `add_search_arguments` describe, with a command's own `fields`."""
     return RunConfig(
         task=args.task, data_dir=args.data_dir, space=args.space, prompt=args.prompt, seed=args.seed,
-        split_seed=args.split_seed, scoring=args.scoring, train_size=args.train_size, dev_size=args.dev_size,
+        split_seed=args.split_seed, **contract_options(args), train_size=args.train_size, dev_size=args.dev_size,
         test_size=args.test_size, runs_dir=args.runs_dir, cache=args.cache, budget=args.budget,
         budget_tokens=args.budget_tokens, objective=args.objective, alpha=args.alpha,
         proposer_model=args.proposer_model, pool=args.pool, **backend_options(args), **fields)

@@ -33,10 +33,15 @@ def evaluation_json(result: EvaluationResult) -> dict[str, Any]:
                          for setting in result.settings]}
 
 
+def _contract(args: argparse.Namespace) -> dict[str, str]:
+    """`--serve` sets the scoring it implies; `--scoring` alone is evaluate's own (logit, generate, calibrated)."""
+    return {key: value for key, value in (("serve", args.serve), ("scoring", args.scoring)) if value}
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     config = EvaluateConfig(
         task=args.task, data_dir=args.data_dir, prompts=args.prompts, space=args.space, prompt=args.prompt,
-        sample=args.sample, split=args.split, scoring=args.scoring, calibrate=args.calibrate, ensemble=args.ensemble,
+        sample=args.sample, split=args.split, **_contract(args), calibrate=args.calibrate, ensemble=args.ensemble,
         posix=args.posix, posix_size=args.posix_size, top_k=args.top_k, class_loss_margin=args.class_loss_margin,
         budget=args.budget,
         max_new_tokens=args.max_new_tokens, seed=args.seed, split_seed=args.split_seed,

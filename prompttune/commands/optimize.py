@@ -24,6 +24,7 @@ from prompttune.engine.results import RunResult
 from prompttune.engine.setup import point_latest
 from prompttune.engine.strategies import strategy_options
 from prompttune.engine.study import resume_study, run_study, with_resume_hint
+from prompttune.evaluation.contract import scored_by
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.reports import reports_of
 
@@ -31,7 +32,8 @@ from prompttune.reports import reports_of
 def run_json(result: RunResult) -> dict[str, Any]:
     """`optimize --json`: the verdict, the test accuracies it rests on, the spend and where the run is."""
     verdict, leader = result.verdict, result.verdict.leader_confirmation
-    return {"run_dir": str(result.run_dir), "optimizer": result.config.optimizer, "verdict": verdict.summary(),
+    return {"run_dir": str(result.run_dir), "optimizer": result.config.optimizer, "serve": result.config.contract,
+            "verdict": verdict.summary(),
             "confirmed": verdict.confirmed is not None, "alpha": verdict.alpha, "test_size": leader.n,
             "baseline_test_accuracy": leader.baseline_accuracy, "dev_winner_test_accuracy": leader.best_accuracy,
             "shipped_test_accuracy": result.confirmation.best_accuracy, "p_value": leader.comparison.p_one_sided,
@@ -66,7 +68,9 @@ def _optimize(args: argparse.Namespace) -> int:
         print_json(run_json(result))
         return 0
     leader = result.verdict.leader_confirmation
-    print(f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
+    serve = result.config.contract
+    print(f"serve {serve}, verdict scored by {scored_by(serve)}: "
+          f"baseline test accuracy {leader.baseline_accuracy:.3f}, dev winner {leader.best_accuracy:.3f}, "
           f"one-sided McNemar p {leader.comparison.p_one_sided:.4g}; {result.verdict.summary()}; "
           f"budget used {result.search_ledger.calls}/{config.budget}; reports: {reports_of(result.run_dir)}")
     return 0
@@ -90,7 +94,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                      help="family-wise false-accept level of each sweep of dev challenges (cople, p2g)")
     opt.add_argument("--check-generation", type=int, default=RUN_DEFAULTS.check_generation, metavar="N",
                      help="after the verdict, score the shipped prompt and the baseline by generation (greedy "
-                          "decoding, label extraction) on the first N test examples, outside the budget (0: off)")
+                          "decoding, label extraction) on the first N test examples, outside the budget (default "
+                          f"{RUN_DEFAULTS.check_generation}; 0: off; serve generate needs none: its verdict generates)")
     opt.add_argument("--max-prompt-tokens", type=int, metavar="N",
                      help="reject every candidate whose prompt around an empty input (demos included) passes N tokens")
     add_json_argument(opt)

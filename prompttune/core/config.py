@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 
 def _path_text(value: Any) -> Any:
@@ -14,6 +14,13 @@ def _path_text(value: Any) -> Any:
 
 
 PathText = Annotated[str, BeforeValidator(_path_text)]
+
+Serve = Literal["logprobs", "generate", "choice"]
+"""The serving contract: how production turns the model's output into a label (`evaluation/contract.py`)."""
+SERVES: tuple[Serve, ...] = ("logprobs", "generate", "choice")
+DEFAULT_SERVE: Serve = "logprobs"
+# `--scoring` before `--serve` existed, and the `scoring` key of an older config.json: the contract each meant.
+SCORING_ALIASES: dict[str, Serve] = {"logit": "logprobs", "calibrated": "logprobs", "generate": "generate"}
 
 
 class BackendConfig(BaseModel):
@@ -60,14 +67,18 @@ class RunConfig(BackendConfig):
     pool: Literal["all", "tuning", "reporting"] = Field(
         "all", description="built-in tasks: draw from every example, from the tuning part only, or test on the "
                            "reporting part (prompttune.tasks.pools; the headline run)")
-    scoring: Literal["logit", "generate", "calibrated"] = "logit"
+    serve: Serve | None = Field(None, description="the serving contract: logprobs (label log-probabilities, label "
+                                                 "offsets applied), generate (the model answers, a label is read "
+                                                 "from its text), choice (constrained decoding over the labels); "
+                                                 "None: the task file's `serve:`, else logprobs")
     objective: str = "accuracy"
     alpha: float = Field(0.05, gt=0, lt=1, description="level of the held-out test that decides what ships")
     confirm_top: int = Field(1, gt=0, description="test the top K dev candidates on test, Holm over K")
     dev_alpha: float = Field(0.10, gt=0, lt=1,
                              description="family-wise false-accept level of one sweep of dev challenges")
-    check_generation: int = Field(0, ge=0, description="after the verdict, score the shipped prompt and the baseline "
-                                                       "by generation on the first N test examples (0: off)")
+    check_generation: int = Field(100, ge=0, description="after the verdict, score the shipped prompt and the baseline "
+                                                         "by generation on the first N test examples, outside the "
+                                                         "budget (0: off; skipped under serve generate)")
     max_prompt_tokens: int | None = Field(None, gt=0, description="reject candidates whose prompt around an empty "
                                                                   "input exceeds N tokens (demos included)")
     class_loss_margin: float = Field(0.05, ge=0, le=1, description="flag, in every report, a class whose test recall "
@@ -79,3 +90,31 @@ class RunConfig(BackendConfig):
     test_size: int = Field(1000, gt=0)
     runs_dir: PathText = "runs"
     cache: PathText | None = Field(None, description="shared cache file; default: cache.sqlite in the run dir")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scoring_alias(cls, data: Any) -> Any:
+        """`scoring` (the `--scoring` alias, an older config.json) becomes the contract it meant; one field decides."""
+        if not isinstance(data, dict) or "scoring" not in data:
+            return data
+        data = dict(data)
+        scoring = data.pop("scoring")
+        if scoring not in SCORING_ALIASES:
+            raise ValueError(f"scoring {scoring!r} is not one of {', '.join(SCORING_ALIASES)} (use serve: "
+                             f"{', '.join(SERVES)})")
+        meant = SCORING_ALIASES[scoring]
+        if data.get("serve") not in (None, meant):
+            raise ValueError(f"scoring {scoring!r} means serve {meant!r}, but serve is {data['serve']!r}: give one")
+        data["serve"] = meant
+        return data
+
+    @property
+    def contract(self) -> Serve:
+        """The run's serving contract: `serve`, else the default (the engine resolves the task file's first)."""
+        return self.serve or DEFAULT_SERVE
+
+    @property
+    def scoring(self) -> str:
+        """The prediction method the held-out verdict scores by: generation under `generate`, else the label
+        log-probabilities (a prompt's own calibration applied where the contract allows it)."""
+        return "generate" if self.contract == "generate" else "logit"

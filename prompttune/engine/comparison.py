@@ -47,6 +47,7 @@ from prompttune.engine.setup import (
     load_space,
     new_run_dir,
     require_dev_budget,
+    run_contract,
 )
 from prompttune.engine.study import checked_search, run_study, run_versions
 from prompttune.engine.workers import Executor, ProcessExecutor
@@ -284,7 +285,10 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     if native_demos and mode != "native":
         raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
-    config = config.model_copy(update={"native_demos": native_demos})
+    # One contract for every arm (the task file's where the config sets none); arms run no generation check of their
+    # own: the comparison is of searches under that contract.
+    serve = run_contract(config, data if data is not None else load_run_task(config))[0]
+    config = config.model_copy(update={"native_demos": native_demos, "serve": serve, "check_generation": 0})
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")

@@ -10,19 +10,20 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend, loading
-from prompttune.core.config import BackendConfig, PathText, RunConfig
+from prompttune.core.config import BackendConfig, PathText, RunConfig, Serve
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.provenance import record_code
 from prompttune.core.types import Record
 from prompttune.engine.setup import check_paths, make_run_dir, task_space
 from prompttune.engine.study import run_versions
 from prompttune.evaluation.cache import ResultCache
+from prompttune.evaluation.contract import GENERATION
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass, class_figures
@@ -56,6 +57,9 @@ class EvaluateConfig(BackendConfig):
                                                  "from the space derived around it")
     sample: int | None = Field(None, gt=0, description="evaluate N distinct candidates of the space")
     split: Literal["dev", "test"] = "test"
+    serve: Serve | None = Field(None, description="the serving contract the prompts are scored under: generate scores "
+                                                 "by generation (the verdict's settings), logprobs and choice by "
+                                                 "label log-probabilities; sets `scoring`")
     scoring: str = "logit"
     calibrate: bool = Field(False, description="also score with contextual calibration and compare")
     ensemble: int | None = Field(None, ge=2, description="template ensembles of K prompts")
@@ -66,7 +70,7 @@ class EvaluateConfig(BackendConfig):
                                      description="flag a class whose recall under a prompt drops more than this "
                                                  "below the first prompt's")
     budget: int | None = Field(None, gt=0, description="optional hard cap on model calls")
-    max_new_tokens: int = Field(16, gt=0, description="generation length (generate scoring, POSIX)")
+    max_new_tokens: int = Field(GENERATION.max_tokens, gt=0, description="generation length (generate scoring, POSIX)")
     seed: int = Field(0, description="sampling seed (--sample, ensembles)")
     split_seed: int = Field(0, description="seed of the train/dev/test draw, as in optimize")
     train_size: int = Field(1000, gt=0)
@@ -74,6 +78,20 @@ class EvaluateConfig(BackendConfig):
     test_size: int = Field(1000, gt=0)
     runs_dir: PathText = "runs"
     cache: PathText | None = None
+
+    @model_validator(mode="after")
+    def _contract_scoring(self) -> "EvaluateConfig":
+        """`serve` decides the scoring, with the generation settings an optimize verdict under it used."""
+        if self.serve is None:
+            return self
+        meant = "generate" if self.serve == "generate" else "logit"
+        if "scoring" in self.model_fields_set and self.scoring != meant:
+            raise ValueError(f"--scoring {self.scoring} and --serve {self.serve} disagree: give --serve alone")
+        if self.serve == "generate" and self.max_new_tokens != GENERATION.max_tokens:
+            raise ValueError(f"--serve generate pins generation at {GENERATION.max_tokens} new tokens (as the "
+                             f"optimize verdict); drop --max-new-tokens {self.max_new_tokens}")
+        self.scoring = meant
+        return self
 
     def run_config(self) -> RunConfig:
         """The settings shared with `optimize` (model, run directory naming)."""

@@ -65,12 +65,9 @@ _SLOT = re.compile("\x00([^\x00]*)\x00")  # an input field's place in a rendered
 
 
 def serving_contract(config: RunConfig) -> Contract:
-    """How production serves the shipped prompt: the run's `serve`, or, for a run made before that
-    field existed, its scoring (`generate` → generate, else logprobs). Every export reads it here."""
-    declared = getattr(config, "serve", None)
-    if declared is not None:
-        return declared
-    return "generate" if config.scoring == "generate" else "logprobs"
+    """How production serves the shipped prompt: the run's serving contract (a run made before `serve` existed
+    reads its `scoring` as one, core.config). Every export reads it here."""
+    return config.contract
 
 
 OFFSETS = {"label_logprobs": "", "batch_calibration": " less batch-calibration offsets",
@@ -82,7 +79,7 @@ def prediction(spec: PromptSpec, config: RunConfig) -> str:
     or a CoT prompt), or label log-probabilities raw or less the shipped offsets."""
     if serving_contract(config) == "generate" or spec.cot:
         return "generation"
-    if config.scoring == "calibrated" or spec.calibrate:
+    if spec.calibrate:
         return "contextual_calibration"
     return "batch_calibration" if spec.label_bias else "label_logprobs"
 

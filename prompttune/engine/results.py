@@ -22,10 +22,11 @@ from prompttune.core.types import Example, Prompt
 from prompttune.engine.export import as_json, as_text, template
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict
+from prompttune.evaluation.contract import scored_by
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import GenerationCheck, scored_by
+from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.optimizers.base import SearchOutcome
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
@@ -109,6 +110,7 @@ class RunResult:
     servers: dict[str, dict[str, int]] = field(default_factory=dict)  # per-server counts (openai backend)
     test_looks: int = 1  # verdicts this run's test split has served, this one included (engine.verdicts)
     generation_check: GenerationCheck | None = None  # --check-generation: the prompts served by generation
+    finalists: FinalistRescoring | None = None  # serve generate: the search's top prompts rescored by generation
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
     per_class: PerClass | None = None  # per-class test figures and the classes lost beyond --class-loss-margin
     versions: dict[str, str] = field(default_factory=dict)  # what produced the run (engine.study.run_versions)
@@ -158,12 +160,8 @@ class RunResult:
 
     @property
     def serving(self) -> str:
-        """How production is to serve the shipped prompt, as the verdict scored it: the run's serving contract
-        where the config declares one, else its scoring."""
-        contract = getattr(self.config, "serve", None)
-        if contract is not None:
-            return f"serving contract {contract}"
-        return f"scored by {scored_by(self.config.scoring)} (scoring {self.config.scoring})"
+        """How production is to serve the shipped prompt, as the verdict scored it: the run's serving contract."""
+        return f"serving contract {self.config.contract}, scored by {scored_by(self.config.contract)}"
 
     def _serving_backend(self) -> Backend:
         """The backend `predict` asks: the one passed to the run, else the run's own, built again from its config
@@ -244,5 +242,6 @@ class RunResult:
         (out / "prompt.txt").write_text(shipped.template() + "\n", encoding="utf-8")
         facts: dict[str, Any] = as_json(shipped.spec, list(shipped.demos), self.config, self.run_dir)
         facts["verdict"] = self.verdict.summary()
+        facts["serve"] = self.config.contract
         (out / "prompt.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False), encoding="utf-8")
         return out

@@ -12,9 +12,10 @@ from pydantic import ValidationError
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend, check_backend
-from prompttune.core.config import RunConfig
+from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.types import input_words
+from prompttune.evaluation import contract
 from prompttune.objectives import Objective
 from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext
@@ -27,6 +28,7 @@ RUN_DIR: ContextVar[Path | None] = ContextVar("run_dir", default=None)
 traceback of a crash."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+MIN_FINALIST_EXAMPLES = 10  # serve generate: fewer dev examples per finalist could not tell them apart
 
 
 def proposer_config(config: RunConfig) -> RunConfig:
@@ -49,22 +51,44 @@ def load_run_task(config: RunConfig) -> Task:
                      SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed, config.pool)
 
 
+def run_contract(config: RunConfig, task: Task) -> tuple[Serve, bool]:
+    """The run's serving contract (--serve/the API's, else the task file's, else the default) and whether one
+    was declared."""
+    return contract.resolve(config.serve, task.serve)
+
+
+def search_budget(config: RunConfig, task: Task) -> int:
+    """The calls the search itself may spend: the cap less what `serve: generate` keeps back to rescore its
+    finalists by generation."""
+    reserved = contract.calls_reserved(run_contract(config, task)[0], config.budget, len(task.splits["dev"]))
+    return config.budget - reserved
+
+
 def require_dev_budget(config: RunConfig, task: Task) -> None:
-    """A search must afford at least one full dev evaluation."""
-    if config.budget < len(task.splits["dev"]):
-        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs "
-                        f"{len(task.splits['dev'])} calls (lower --dev-size or raise --budget)")
+    """A search must afford at least one full dev evaluation (and, under `serve: generate`, the finalists'
+    rescoring besides)."""
+    dev_n, budget = len(task.splits["dev"]), search_budget(config, task)
+    if budget < dev_n:
+        kept = (f" once {config.budget - budget} calls are kept back to rescore the finalists by generation "
+                "(serve generate)" if budget < config.budget else "")
+        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs {dev_n} calls{kept} "
+                        "(lower --dev-size or raise --budget)")
+    if budget < config.budget and contract.finalist_examples(config.budget, dev_n) < MIN_FINALIST_EXAMPLES:
+        raise UserError(f"budget {config.budget} too small for serve generate: rescoring the finalists by generation "
+                        f"within half the budget leaves {contract.finalist_examples(config.budget, dev_n)} dev "
+                        f"examples each (at least {MIN_FINALIST_EXAMPLES}); raise --budget")
 
 
 def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:
     """What the run's optimizer may see: the space bound to train, train and dev ids (never test),
     the objective (a callable replaces the named one), the ceiling on prompt tokens."""
     train, dev = task.splits["train"], task.splits["dev"]
+    serve = run_contract(config, task)[0]
     return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in dev],
-                         len(task.labels), objective or config.objective, config.seed, config.budget,
+                         len(task.labels), objective or config.objective, config.seed, search_budget(config, task),
                          dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha),
                          max_prompt_tokens=config.max_prompt_tokens,
-                         dev_input_words=[input_words(ex) for ex in dev])
+                         dev_input_words=[input_words(ex) for ex in dev], serve=serve, label_offsets=serve != "generate")
 
 
 def task_space(task: Task, space_file: str | None, prompt_file: str | None) -> SearchSpace:

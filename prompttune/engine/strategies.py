@@ -95,7 +95,7 @@ def dspy_arm(config: RunConfig, context: SearchContext) -> DspyArm:
     from prompttune.dspy_bridge.optimizers import Sizes
     from prompttune.dspy_bridge.search import dspy_settings
 
-    return dspy_settings(config.optimizer, config.budget, Sizes(len(context.train_ids), len(context.dev_ids)),
+    return dspy_settings(config.optimizer, context.budget, Sizes(len(context.train_ids), len(context.dev_ids)),
                          config.optimizer_options)
 
 

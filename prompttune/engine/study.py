@@ -53,17 +53,19 @@ from prompttune.engine.setup import (
     make_run_dir,
     read_run_config,
     require_dev_budget,
+    run_contract,
     search_context,
 )
 from prompttune.engine.strategies import Setting, Strategy, plan_strategy
 from prompttune.engine.verdicts import final_look, new_look, next_look_alpha, record_look, recorded_looks, served_verdicts
+from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import held_out_verdict
 from prompttune.evaluation.evaluator import Evaluator, prompt_tokens
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.per_class import per_class
-from prompttune.evaluation.serving import check_generation
+from prompttune.evaluation.serving import check_generation, rescore_finalists, served_by_verdict
 from prompttune.objectives import Objective, get_objective
 from prompttune.optimizers.base import SearchContext
 from prompttune.optimizers.proposer import Proposer
@@ -185,6 +187,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     task = task or load_run_task(config)
+    serve, declared = run_contract(config, task)
+    config = config.model_copy(update={"serve": serve})  # resolved: config.json and every reader see the contract
     space = space or load_space(config, task)
     if objective is None:
         get_objective(config.objective)
@@ -200,6 +204,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
                                 if config.proposer_model else backend)
         counts_at_start = backend.server_counts()
+        console.print(contract.contract_line(serve, declared))  # the run's first line, once the model answers
         console.print(backend.describe())
         if task.split_note:
             console.print(f"task {task.name}: splits train {len(task.splits['train'])} / dev {len(task.splits['dev'])} "
@@ -208,6 +213,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             console.print(f"warning: {warning}", markup=False)
         train = {ex.id: ex for ex in visible.splits["train"]}
         check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
+        check_contract(context, backend, console)
         run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
         looks = recorded_looks(run_dir) if run_dir else []
         if not console.quiet:  # worked out only where shown: the oracle benchmarks run thousands of quiet searches
@@ -238,9 +244,11 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                 return MeteredCache(cache) if metered else cache
 
         seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
-        search_ledger = BudgetLedger(cap_calls=config.budget, cap_tokens=config.budget_tokens)
-        evaluator = Evaluator(backend, seen_examples, train, cache_view(search_ledger), search_ledger,
-                              scoring=config.scoring)
+        # Under serve generate the search's cap keeps back the finalists' rescoring, which the full cap then pays.
+        search_ledger = BudgetLedger(cap_calls=context.budget, cap_tokens=config.budget_tokens)
+        search_view = cache_view(search_ledger)
+        evaluator = Evaluator(backend, seen_examples, train, search_view, search_ledger,
+                              scoring=search_scoring(config, backend))
         advice: list[str] = []
 
         def advise(critique: str) -> None:
@@ -261,21 +269,30 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                 with stop.during_search():
                     outcome = strategy.search(storage, on_trial, stop)
             interim = outcome.interrupted
+            ranking, finalists = outcome.ranking, None
+            if serve == "generate" and not interim:  # a stopped search makes no further call
+                search_ledger.cap_calls = config.budget
+                ranking, finalists = rescore_finalists(
+                    outcome.ranking, baseline, Evaluator(backend, seen_examples, train, search_view, search_ledger,
+                                                         scoring="generate"),
+                    context.dev_ids, context.score)
             alpha = next_look_alpha(looks, config.alpha, interim)
             confirm_ledger = BudgetLedger()
             test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
                                        confirm_ledger, scoring=config.scoring)
             so_far = " (of the best candidate so far: the search was interrupted)" if interim else ""
             console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
-            verdict = held_out_verdict(baseline, outcome.ranking, test_evaluator, test_ids, alpha,
+            verdict = held_out_verdict(baseline, ranking, test_evaluator, test_ids, alpha,
                                        config.confirm_top, config.seed)
             generation = None
-            if config.check_generation:
+            if serve == "generate":
+                generation = served_by_verdict(verdict)
+            elif config.check_generation:
                 generation_ledger = BudgetLedger()
                 console.print(f"generation check on the first {config.check_generation} test examples…")
                 generation = check_generation(verdict, Evaluator(
                     backend, {ex.id: ex for ex in test}, train, cache_view(generation_ledger), generation_ledger,
-                    scoring="generate"), config.check_generation, config.scoring)
+                    scoring="generate"), config.check_generation, serve)
         except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
             if run_dir:
                 mark_interrupted(run_dir, str(exc), servers())
@@ -291,7 +308,7 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                    if trials_before is not None else None)
         result = RunResult(run_dir, config, baseline, context.space, outcome, verdict, search_ledger,
                            confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
-                           strategy, storage, resumed, servers(), generation_check=generation,
+                           strategy, storage, resumed, servers(), generation_check=generation, finalists=finalists,
                            per_class=per_class(verdict, task.labels, config.class_loss_margin),
                            versions=run_versions(config, backend, passed=passed_backend is not None),
                            backend_use=backend_use,
@@ -327,6 +344,26 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
         return result
 
 
+def search_scoring(config: RunConfig, backend: Backend) -> str:
+    """How the search scores candidates: the verdict's method, except that under serve generate label log-probs
+    rank them as a fast proxy (where the backend has them; the finalists and the verdict generate)."""
+    return "logit" if config.contract == "generate" and backend.scores_labels else config.scoring
+
+
+def check_contract(context: SearchContext, backend: Backend, console: Console) -> None:
+    """Before the search: a baseline whose label offsets the contract cannot apply is one line; under `choice`,
+    whether `logit_bias` can carry label offsets for the baseline's labels (said once when it cannot)."""
+    baseline = context.space.default_candidate()
+    if not contract.admits(context.serve, backend, baseline.spec):
+        raise UserError(f"serve {context.serve}: the baseline prompt carries label offsets (calibrate or label_bias) "
+                        "that production under this contract cannot apply; remove them from the space's base prompt")
+    if context.serve == "choice":
+        context.label_offsets = contract.single_token_labels(backend, baseline.spec)
+        if not context.label_offsets:
+            console.print("serve choice: the labels are not one token each of the model's tokenizer, so logit_bias "
+                          "cannot reproduce label offsets: no calibrated candidate is tried")
+
+
 def _write_record(result: RunResult, task: Task, interim: bool) -> None:
     """The prompts as the model sees them, the dev leader at each spend, the prompt-tokens plot, report.md and
     verdict.json (last: it marks the run finished)."""
@@ -335,7 +372,7 @@ def _write_record(result: RunResult, task: Task, interim: bool) -> None:
     example = task.splits["test"][0]
     shipped = verdict.shipped
     write_prompt(run_dir, "best_prompt", shipped, space, baseline, result.prompt(shipped).render(example),
-                 verdict=verdict.summary(), is_baseline=shipped.id == baseline.id,
+                 serve=result.config.contract, verdict=verdict.summary(), is_baseline=shipped.id == baseline.id,
                  **({"interim": True} if interim else {}))
     write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline,
                  result.prompt(verdict.dev_winner).render(example),

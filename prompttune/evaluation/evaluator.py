@@ -15,6 +15,7 @@ from prompttune.backends.base import Backend
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
 from prompttune.evaluation.cache import ResultCache, cache_key
+from prompttune.evaluation.contract import GENERATION
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.metering import Meter, generate_values, score_values
@@ -33,7 +34,8 @@ def _content_free_example(spec: PromptSpec, example_id: str) -> Example:
     return Example(example_id, {name: value for name in names}, -1)
 
 
-MAX_NEW_TOKENS, COT_MAX_NEW_TOKENS = 16, 128  # what a generated answer may take, without and with CoT
+# What a generated answer may take, without and with CoT: the serving contract's, pinned in one place.
+MAX_NEW_TOKENS, COT_MAX_NEW_TOKENS = GENERATION.max_tokens, GENERATION.cot_max_tokens
 
 # Stands in for every input value when rendering a candidate's shared prefix; never in real text.
 _PROBE = "\x00"
@@ -163,7 +165,7 @@ class Evaluator:
             max_new = self.cot_max_new_tokens if spec.cot else self.max_new_tokens
             keys = [cache_key(self.backend.model_id, "generate", max_new, t, ex.id)
                     for t, ex in zip(texts, examples)]
-            return examples, keys, [GenerateRequest(t, max_new, prefix) for t in texts]
+            return examples, keys, [GenerateRequest(t, max_new, prefix, GENERATION.temperature) for t in texts]
         conts = (list(query.continuations) if query.continuations is not None
                  else [p.label_continuations for p in prompts])
         if len(conts) != len(examples):

@@ -2,22 +2,26 @@
 what the model writes when production lets it generate freely (a minimal prompt that scores well can answer
 with anything but a label). `check_generation` scores the shipped prompt, the dev winner and the baseline by
 generation (greedy decoding, then exactly-one-label extraction) on the first N test examples, on a ledger of
-its own, beside what the verdict's scoring gave on the same examples."""
+its own, beside what the verdict's scoring gave on the same examples. Under `serve: generate` the verdict itself
+generates: `served_by_verdict` reads the same figures from its records, and `rescore_finalists` picks, by
+generation on dev, which of the search's top prompts meets the baseline on test."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
 
+from prompttune.core.config import Serve
+from prompttune.core.errors import BudgetExhausted
+from prompttune.core.types import Record
 from prompttune.evaluation.confirmation import Verdict
+from prompttune.evaluation.contract import FINALISTS, scored_by
 from prompttune.evaluation.evaluator import Evaluator
+from prompttune.search_spaces.space import Candidate
 
 INVALID_SHOWN = 3  # generations without a label kept per prompt, so a reader sees what the model said
-
-
-def scored_by(scoring: str) -> str:
-    """How the run's verdict scored its prompts, in words."""
-    return {"generate": "generation", "calibrated": "label log-probabilities (calibrated)"}.get(
-        scoring, "label log-probabilities")
+MIN_VALID_RATE = 0.90  # below this share of answers holding one label, the check warns
+MAX_ACCURACY_GAP = 0.05  # a larger gap between the verdict's accuracy and generation's, the check warns
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,45 @@ class GenerationCheck:
     prompts: tuple[ServedPrompt, ...] = ()
     calls: int = 0
     tokens: int = 0
-    skipped: str | None = None
+    skipped: str | None = None  # why a check was skipped (runs written before serve: generate replaced the check)
+    by_verdict: bool = False  # the verdict's own records (serve: generate), not a check of its own
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def shipped(self) -> ServedPrompt | None:
+        """The shipped prompt's figures (the baseline's when it ships)."""
+        return next((p for p in self.prompts if p.role == "shipped"),
+                    next((p for p in self.prompts if p.role == "baseline"), None))
+
+    def headline(self) -> str | None:
+        """One line on the shipped prompt served by generation; None when the check was skipped."""
+        shipped = self.shipped
+        if shipped is None:
+            return None
+        return (f"if served by generation: valid {shipped.valid_rate:.0%}, accuracy {shipped.accuracy:.0%} "
+                f"(the verdict's {self.verdict_scored_by}: {shipped.verdict_accuracy:.0%} on the same "
+                f"{self.n} test examples)")
+
+    def serving_warning(self) -> str | None:
+        """Why the shipped prompt's verdict may not hold once production lets the model answer: too few valid
+        answers (`MIN_VALID_RATE`), or too large a gap to the verdict's accuracy (`MAX_ACCURACY_GAP`)."""
+        shipped = self.shipped
+        if shipped is None or self.by_verdict:
+            return None
+        problems = []
+        if shipped.valid_rate < MIN_VALID_RATE:
+            problems.append(f"only {shipped.valid_rate:.0%} of its generated answers hold exactly one label "
+                            f"(under {MIN_VALID_RATE:.0%})")
+        if abs(shipped.accuracy - shipped.verdict_accuracy) > MAX_ACCURACY_GAP:
+            problems.append(f"its accuracy by generation ({shipped.accuracy:.0%}) is "
+                            f"{abs(shipped.accuracy - shipped.verdict_accuracy) * 100:.0f} points off the "
+                            f"verdict's ({shipped.verdict_accuracy:.0%})")
+        if not problems:
+            return None
+        return ("the shipped prompt served by generation: " + " and ".join(problems)
+                + "; declare `serve: generate` if production lets the model answer")
 
     @classmethod
     def from_dict(cls, data: dict) -> "GenerationCheck":
@@ -55,23 +94,95 @@ class GenerationCheck:
         return cls(**{**data, "prompts": prompts})
 
 
-def check_generation(verdict: Verdict, generator: Evaluator, n: int, scoring: str) -> GenerationCheck:
+def check_generation(verdict: Verdict, generator: Evaluator, n: int, serve: Serve) -> GenerationCheck:
     """The baseline, the shipped prompt and the dev winner (each once) scored by `generator` (scoring
-    "generate", over the test split) on the verdict's first `n` test examples."""
-    verdict_by = scored_by(scoring)
+    "generate", over the test split) on the verdict's first `n` test examples, beside the verdict's figures under
+    `serve` (never "generate": that verdict's own records give the figures, `served_by_verdict`)."""
     ids = list(verdict.test_ids[:n])
-    if scoring == "generate":
-        return GenerationCheck(len(ids), verdict_by, skipped="the verdict itself scored by generation, so the check "
-                                                             "would repeat it")
+    served = [_served(role, candidate.id, generator.evaluate(candidate.spec, ids),
+                      verdict.records[candidate.id][:len(ids)])
+              for role, candidate in _roles(verdict)]
+    return GenerationCheck(len(ids), scored_by(serve), tuple(served), generator.ledger.calls, generator.ledger.tokens)
+
+
+def served_by_verdict(verdict: Verdict) -> GenerationCheck:
+    """Under `serve: generate`: each prompt's valid-answer rate and accuracy from the verdict's own generated test
+    records (no call of its own)."""
+    served = [_served(role, candidate.id, verdict.records[candidate.id], verdict.records[candidate.id])
+              for role, candidate in _roles(verdict) if candidate.id in verdict.records]
+    return GenerationCheck(len(verdict.test_ids), "generation", tuple(served), by_verdict=True)
+
+
+def _roles(verdict: Verdict) -> list[tuple[str, Candidate]]:
+    """The baseline, the shipped prompt and the dev winner, each once (first role kept)."""
     roles = {verdict.baseline.id: ("baseline", verdict.baseline)}
     for role, candidate in (("shipped", verdict.shipped), ("dev winner", verdict.dev_winner)):
         roles.setdefault(candidate.id, (role, candidate))
-    served = []
-    for candidate_id, (role, candidate) in roles.items():
-        records = generator.evaluate(candidate.spec, ids)
-        scored = verdict.records[candidate_id][:len(ids)]
-        served.append(ServedPrompt(role, candidate_id, sum(r.valid for r in records) / len(ids),
-                                   sum(r.correct for r in records) / len(ids),
-                                   sum(r.correct for r in scored) / len(ids),
-                                   tuple(r.text or "" for r in records if not r.valid)[:INVALID_SHOWN]))
-    return GenerationCheck(len(ids), verdict_by, tuple(served), generator.ledger.calls, generator.ledger.tokens)
+    return list(roles.values())
+
+
+def _served(role: str, candidate_id: str, generated: Sequence[Record], scored: Sequence[Record]) -> ServedPrompt:
+    n = len(generated)
+    return ServedPrompt(role, candidate_id, sum(r.valid for r in generated) / n, sum(r.correct for r in generated) / n,
+                        sum(r.correct for r in scored) / n,
+                        tuple(r.text or "" for r in generated if not r.valid)[:INVALID_SHOWN])
+
+
+@dataclass(frozen=True)
+class Finalist:
+    """A prompt rescored by generation on dev under `serve: generate`."""
+
+    candidate_id: str
+    search_rank: int | None  # its place in the search's ranking (1 = leader); None: the baseline
+    valid_rate: float
+    score: float  # the run's objective by generation
+
+
+@dataclass(frozen=True)
+class FinalistRescoring:
+    """`serve: generate`: the search's top prompts and the baseline scored by generation on `n` dev examples,
+    charged to the search budget (the calls were kept back from the search, so the cap holds)."""
+
+    n: int
+    finalists: tuple[Finalist, ...]
+    calls: int
+    cut_short: bool = False  # a token cap stopped the rescoring; the prompts it finished were ranked
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FinalistRescoring":
+        return cls(**{**data, "finalists": tuple(Finalist(**f) for f in data["finalists"])})
+
+
+def rescore_finalists(ranking: Sequence[Candidate], baseline: Candidate, generator: Evaluator,
+                      dev_ids: Sequence[str], score: Callable[[Sequence[Record]], float]
+                      ) -> tuple[list[Candidate], FinalistRescoring]:
+    """The baseline and the first `FINALISTS` other prompts of the search's `ranking` (the baseline first, so it is
+    always scored), each by generation on the first of `dev_ids` that the generator's remaining calls pay for (at
+    least the calls the search kept back: `contract.finalist_examples`), re-ranked by
+    that score (the baseline wins ties, earlier search ranks the rest): the generated-dev winner leads the ranking
+    handed to the verdict, the rest of the ranking follows."""
+    order = [baseline, *[c for c in ranking if c.id != baseline.id][:FINALISTS]]
+    left = generator.ledger.remaining_calls()
+    dev_ids = list(dev_ids if left is None else dev_ids[:left // len(order)])  # what the calls left pay for
+    calls_before = generator.ledger.calls
+    scored: list[tuple[Candidate, Finalist]] = []
+    cut_short = False
+    for candidate in order:
+        try:
+            records = generator.evaluate(candidate.spec, dev_ids)
+        except BudgetExhausted:  # only a token cap gets here: the calls were reserved
+            cut_short = True
+            break
+        rank = next((i for i, c in enumerate(ranking, 1) if c.id == candidate.id), None)
+        scored.append((candidate, Finalist(candidate.id, None if candidate.id == baseline.id else rank,
+                                           sum(r.valid for r in records) / len(records), score(records))))
+    position = {c.id: i for i, c in enumerate(order)}
+    ranked = sorted(scored, key=lambda pair: (-pair[1].score, pair[0].id != baseline.id, position[pair[0].id]))
+    leaders = [c for c, _ in ranked]
+    rescored = {c.id for c in leaders}
+    rest = [c for c in ranking if c.id not in rescored]
+    return leaders + rest, FinalistRescoring(len(dev_ids), tuple(f for _, f in ranked),
+                                             generator.ledger.calls - calls_before, cut_short)

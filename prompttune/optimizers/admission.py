@@ -1,5 +1,6 @@
-"""What a candidate must meet before it is scored: every frozen text of the user's prompt verbatim, and at most
-`--max-prompt-tokens` tokens around an empty input. The search driver asks here for every candidate any
+"""What a candidate must meet before it is scored: every frozen text of the user's prompt verbatim, at most
+`--max-prompt-tokens` tokens around an empty input, and label offsets only where the serving contract can apply
+them (`evaluation/contract.py`). The search driver asks here for every candidate any
 optimizer wants scored, so none can be scored, selected or shipped without them."""
 
 from __future__ import annotations
@@ -7,20 +8,23 @@ from __future__ import annotations
 from typing import Literal, Mapping
 
 from prompttune.backends.base import Backend
+from prompttune.core.config import Serve
 from prompttune.core.types import Example
+from prompttune.evaluation import contract
 from prompttune.evaluation.evaluator import prompt_tokens
 from prompttune.search_spaces.frozen import missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, select_demos
 
-Refusal = Literal["frozen", "tokens"]  # the report names them (`optimize_report.REFUSALS`)
+Refusal = Literal["frozen", "tokens", "offsets"]  # the report names them (`optimize_report.REFUSALS`)
 
 
 class Admission:
     """The run's limits on candidates, with each prompt's token count kept (it is also what the report plots)."""
 
     def __init__(self, backend: Backend, demo_pool: Mapping[str, Example], frozen: tuple[str, ...],
-                 max_tokens: int | None) -> None:
+                 max_tokens: int | None, serve: Serve = "logprobs") -> None:
         self.backend, self.demo_pool, self.frozen, self.max_tokens = backend, demo_pool, frozen, max_tokens
+        self.serve = serve
         self.counted: dict[PromptSpec, int] = {}
 
     def tokens(self, spec: PromptSpec) -> int:
@@ -35,4 +39,6 @@ class Admission:
             return "frozen"
         if self.max_tokens is not None and self.tokens(spec) > self.max_tokens:
             return "tokens"
+        if not contract.admits(self.serve, self.backend, spec):
+            return "offsets"
         return None

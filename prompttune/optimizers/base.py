@@ -28,6 +28,7 @@ from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, get_arg
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from prompttune.core.config import Serve
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
@@ -59,6 +60,10 @@ class SearchContext:
     train_labels: dict[str, int] = field(default_factory=dict)
     max_prompt_tokens: int | None = None
     dev_input_words: list[int] = field(default_factory=list)  # what the inputs look like (no labels): demo choice
+    serve: Serve = "logprobs"  # the serving contract: which label offsets a candidate may carry
+    # Whether the contract can apply label offsets to the baseline's labels: under `generate` never, under `choice`
+    # where each label is one token (the engine sets it once the model's tokenizer is known).
+    label_offsets: bool = True
 
     def score(self, records: Sequence[Record]) -> float:
         gold = [r.gold for r in records]
@@ -331,7 +336,7 @@ class SearchDriver:
         self.seen: dict[str, Candidate] = {}  # admitted candidates, scored on some examples
         self.rejected: dict[str, str] = {}  # candidate id -> why the admission refused it
         self.admission = Admission(evaluator.backend, evaluator.demo_pool, optimizer.context.space.frozen,
-                                   optimizer.context.max_prompt_tokens)
+                                   optimizer.context.max_prompt_tokens, optimizer.context.serve)
         self.anytime: list[tuple[int, float]] = []
         self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each leader took over
         self.sweep_use: dict[int, int] = {}

@@ -192,7 +192,12 @@ class ReflectiveRace(Optimizer):
 
     @classmethod
     def check(cls, context: SearchContext) -> None:
-        block = cls.first_block(context, validate_options(cls.name, cls.Options, context.options))
+        options = validate_options(cls.name, cls.Options, context.options)
+        if context.serve == "generate" and "calibration" in options.model_fields_set and options.calibration != "off":
+            raise UserError(f"reflect: --option calibration={options.calibration} races calibrated prompts, whose "
+                            "label offsets a model that generates its answer never applies (serve generate); drop "
+                            "the option")
+        block = cls.first_block(context, options)
         if context.budget and context.budget < 4 * block:
             raise UserError(f"reflect: the budget {context.budget} cannot race the baseline and three prompts "
                             f"on a block of {block} dev examples; raise --budget to at least {4 * block}")
@@ -217,7 +222,7 @@ class ReflectiveRace(Optimizer):
         self.candidates: dict[str, Candidate] = {}
         self.pool: list[str] = []
         self.echoes: set[str] = set()  # calibrated twins that answer exactly as their raw prompt: no slot
-        self.calibrating = self.options.calibration != "off"
+        self.calibrating = self.options.calibration != "off" and self.context.label_offsets
         self.final_ids: list[str] = []
         self.finalists: list[str] = []
         self.refits: set[str] = set()  # finalists' twins with offsets from the final prefix
@@ -417,7 +422,7 @@ class ReflectiveRace(Optimizer):
                                               self._final_cost([*self.finalists, key], self.final_ids) <= left):
                 self.finalists.append(key)
         yield from self._complete(self.finalists, self.final_ids, "final")
-        if self.options.refit and self.options.calibration == "batch":
+        if self.options.refit and self.options.calibration == "batch" and self.context.label_offsets:
             yield from self._refit()
 
     def _refit(self) -> Iterator[TrialRequest]:
@@ -700,6 +705,11 @@ class ReflectiveRace(Optimizer):
             return None
         return replace(genome, assignment=tuple(sorted(assignment.items())), instruction=donor.instruction)
 
+    def _calibration_said(self) -> str:
+        if not self.context.label_offsets:
+            return f"off (serve {self.context.serve}: no label offsets)"
+        return "off" if self.options.calibration == "off" else self.options.calibration + " raced"
+
     def report_lines(self) -> list[str]:
         made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in self.moves)
         leader = next(iter(self.ranking()), None)
@@ -708,7 +718,7 @@ class ReflectiveRace(Optimizer):
         lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps; children by "
                  f"move: {made}); race block {len(self.block)} dev examples; finalists on "
                  f"{len(self.final_ids)} dev examples; calibration "
-                 f"{'off' if self.options.calibration == 'off' else self.options.calibration + ' raced'}"
+                 f"{self._calibration_said()}"
                  f"{', chosen by the leader' if chosen else ''}"
                  f"{f' (its offsets measured on those {len(self.final_ids)} inputs)' if refit else ''}."]
         if self.critiques:

@@ -16,6 +16,7 @@ from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, ArmSummary, Scores, SeedPair, p_text
 from prompttune.comparing.variants import optimizer_of
+from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name, reports_of
 from prompttune.reports.optimize_report import lost_classes, versions_lines
@@ -247,8 +248,9 @@ def write_report(comparison: "Comparison") -> None:
         f"{matched.unit} · "
         f"{len(c.seeds)} seed(s)",
         "",
-        f"Model `{model_name(config.model, c.versions)}`, scoring `{config.scoring}` for every arm's search and "
-        "held-out verdict; "
+        f"Model `{model_name(config.model, c.versions)}`; serving contract `serve: {config.contract}` "
+        f"({contract.WORDS[config.contract]}) for every arm, its held-out verdict scored by "
+        f"{contract.scored_by(config.contract)}; "
         f"splits {task_sizes}, each seed on its own draw shared by all its arms (optimizer seed → split seed: "
         f"{', '.join(f'{seed} → {c.split_seeds[seed]}' for seed in c.seeds)}). Wall time {c.wall_seconds:.0f} s.",
         "",

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
+from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import sensitivity_quantiles
 from prompttune.reports import ci_text, model_name
@@ -182,6 +183,9 @@ def write_report(result: "EvaluationResult") -> None:
         f"(stratified, fixed by the seed); {source}; label words of the first prompt: {words}. Nothing was "
         f"selected on these examples, but the best of {len(result.prompts)} prompts (MaxP) is still an "
         f"optimistic number: read it next to AvgP and the spread.", "",
+        *([f"Serving contract `serve: {config.serve}`: {contract.WORDS[config.serve]}; prompts scored by "
+           f"{contract.scored_by(config.serve)} (`{config.scoring}`), as an optimize verdict under it scores them.",
+           ""] if config.serve else []),
         "![per-prompt accuracy with Wilson 95% CIs, sorted](accuracy.png)", "",
     ]
     for setting in result.settings:

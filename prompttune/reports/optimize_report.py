@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING, Iterable
 from rich.console import Console
 from rich.table import Table
 
+from prompttune.core.config import Serve
 from prompttune.core.storage import write_atomic
+from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import ClassLoss, PerClass
-from prompttune.evaluation.serving import GenerationCheck, scored_by
+from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.objectives.stats import (
     FLIP_SHARE,
     TARGET_POWER,
@@ -34,7 +36,8 @@ TOKENS_PNG = "prompt_tokens.png"
 TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos, field names, cue and chat template) "
                   "in the backend's tokens (its tokenizer's count, an upper bound where it has none); each request adds "
                   "its input's own")
-REFUSALS = {"frozen": "dropped or changed a frozen text", "tokens": "over --max-prompt-tokens"}
+REFUSALS = {"frozen": "dropped or changed a frozen text", "tokens": "over --max-prompt-tokens",
+            "offsets": "carried label offsets the serving contract cannot apply"}
 
 
 def describe_change(space: "SearchSpace", baseline: "Candidate", best: "Candidate") -> str:
@@ -131,9 +134,10 @@ def _servers_section(servers: dict[str, dict[str, int]]) -> list[str]:
     return ["## Servers", "", SERVERS_NOTE, "", *rows, ""]
 
 
-def scoring_line(scoring: str) -> str:
-    """Which scoring the verdict's figures come from, said in every report."""
-    return f"The verdict scored prompts by **{scored_by(scoring)}** (`--scoring {scoring}`)."
+def scoring_line(serve: Serve) -> str:
+    """The serving contract and how the verdict's figures were scored under it, said in every report."""
+    return (f"Serving contract **`serve: {serve}`**: {contract.WORDS[serve]}. The verdict scored prompts by "
+            f"**{contract.scored_by(serve)}**.")
 
 
 GENERATION_NOTE = ("A model that generates freely may answer otherwise than its label scores say. Each prompt answered by "
@@ -166,20 +170,38 @@ def generation_warning(check: GenerationCheck) -> str | None:
                      for p in worse) or None
 
 
+def generation_intro(check: GenerationCheck) -> str:
+    """What the served-by-generation table holds: the verdict's own records, or a check on a ledger of its own."""
+    if check.by_verdict:
+        return (f"The verdict itself scored by generation (serve: generate). {GENERATION_NOTE} Valid responses per "
+                f"prompt on the {check.n} test examples.")
+    return (f"The verdict scored by {check.verdict_scored_by}. {GENERATION_NOTE} Charged to a ledger of its own, never "
+            f"the search budget: {check.calls} calls, {check.tokens} tokens.")
+
+
+def generation_title(check: GenerationCheck) -> str:
+    return ("Served by generation (the verdict, `serve: generate`)" if check.by_verdict else
+            f"Served by generation (`--check-generation`, first {check.n} test examples)")
+
+
+def generation_warnings(check: GenerationCheck) -> list[str]:
+    """The check's warnings: the shipped prompt's valid rate or accuracy gap, and picked prompts that generate
+    worse than the baseline."""
+    return [w for w in (check.serving_warning(), generation_warning(check)) if w]
+
+
 def _generation_section(check: GenerationCheck | None) -> list[str]:
     if check is None:
         return []
-    head = [f"## Served by generation (`--check-generation`, first {check.n} test examples)", ""]
+    head = [f"## {generation_title(check)}", ""]
     if check.skipped:
         return [*head, f"Skipped: {check.skipped}.", ""]
     header = generation_header(check)
-    warning = generation_warning(check)
-    return [*head,
-            f"The verdict scored by {check.verdict_scored_by}. {GENERATION_NOTE} Charged to a ledger of its own, never "
-            f"the search budget: {check.calls} calls, {check.tokens} tokens.", "",
+    headline = [] if check.by_verdict else [f"**{check.headline()}.**", ""]
+    return [*head, *headline, generation_intro(check), "",
             "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
             *["| " + " | ".join(row) + " |" for row in generation_rows(check)], "",
-            *([f"**Warning: {warning}.**", ""] if warning else []),
+            *[line for warning in generation_warnings(check) for line in (f"**Warning: {warning}.**", "")],
             *[f"- Answers of the {p.role} without a label: "
               + "; ".join(f"`{answer_shown(text)}`" for text in p.invalid_answers) + "."
               for p in check.prompts if p.invalid_answers], ""]
@@ -279,10 +301,39 @@ def _dev_paragraph(result: "RunResult", dev_alpha: float) -> str:
         return "The search scored no dev example, so the baseline stands as the dev winner." + challenges
     gain = o.leader_dev_score - o.baseline_dev_score
     bias = selection_bias_scale(accuracy_sigma(o.leader_dev_score, o.leader_dev_n), max(o.family, 1))
-    return (f"Dev winner `{v.dev_winner.id}` {o.leader_dev_score:.3f} on {o.leader_dev_n} examples; baseline "
+    leader = (f"Search leader `{o.leader.id}` (by label log-probabilities, the search's proxy; the dev winner "
+              f"tested is `{v.dev_winner.id}`, the finalists' best by generation)" if result.finalists
+              else f"Dev winner `{v.dev_winner.id}`")
+    return (f"{leader} {o.leader_dev_score:.3f} on {o.leader_dev_n} examples; baseline "
             f"{o.baseline_dev_score:.3f} on {o.baseline_dev_n} of them (gain {gain:+.3f}); selected from "
             f"F = {o.family} candidates ({o.n_candidates} evaluated in {o.n_trials} trials). Selection-bias scale "
             f"σ·√(2 ln F) = {bias:.3f} at n = {o.leader_dev_n}: {_noise_phrase(gain, bias)}." + challenges)
+
+
+FINALISTS_NOTE = ("The search ranked prompts by label log-probabilities, a fast proxy; its top prompts and the baseline "
+                  "were then scored by generation on dev (charged to the search budget, which kept the calls back), "
+                  "and the best of them by generation met the baseline on test.")
+
+
+def finalist_header() -> list[str]:
+    return ["candidate", "search rank", "valid responses (generation)", "dev objective (generation)"]
+
+
+def finalist_rows(rescoring: FinalistRescoring) -> list[list[str]]:
+    """Per finalist, in the order the verdict took them: id, place in the search's ranking, valid rate, score."""
+    return [[f.candidate_id, "baseline" if f.search_rank is None else str(f.search_rank), f"{f.valid_rate:.3f}",
+             f"{f.score:.3f}"] for f in rescoring.finalists]
+
+
+def _finalists_section(rescoring: FinalistRescoring | None) -> list[str]:
+    if rescoring is None:
+        return []
+    header = finalist_header()
+    cut = " A token cap stopped the rescoring; the prompts it finished were ranked." if rescoring.cut_short else ""
+    return [f"## Finalists rescored by generation (`serve: generate`, {rescoring.n} dev examples)", "",
+            f"{FINALISTS_NOTE} {rescoring.calls} calls.{cut}", "",
+            "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *["| " + " | ".join(row) + " |" for row in finalist_rows(rescoring)], ""]
 
 
 def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: "SearchSpace",
@@ -296,7 +347,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         f"# prompttune run: {task.name} · {config.optimizer} · seed {config.seed}",
         "",
         f"Model {model_phrase(config.model, config.backend, config.dtype, result.versions)}, "
-        f"scoring `{config.scoring}`, "
+        f"serve `{config.contract}`, "
         f"objective `{config.objective}`; splits train {len(task.splits['train'])} / dev {n_dev} / "
         f"test {len(task.splits['test'])}" + (f" ({task.split_note})" if task.split_note else "") + ".",
         "",
@@ -308,7 +359,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            "finishes the search, tests at the rest and replaces this report.**", ""] if o.interrupted else []),
         f"**{'Interim verdict' if o.interrupted else 'Verdict'}: {v.summary()}.**",
         "",
-        scoring_line(config.scoring),
+        scoring_line(config.contract),
         "",
         f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "
         f"McNemar test of the top {v.top_k} dev candidate(s) against the baseline at α = {v.alpha:.3g}"
@@ -328,6 +379,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         "",
         *_per_class_section(result.per_class),
         *_generation_section(result.generation_check),
+        *_finalists_section(result.finalists),
         "## Dev (selected on dev — optimistic by construction)",
         "",
         _dev_paragraph(result, config.dev_alpha),
@@ -401,7 +453,7 @@ def print_summary(result: "RunResult", console: Console) -> None:
                       f"one-sided McNemar p={lead.comparison.p_one_sided:.4g}")
     console.print(f"budget used {result.search_ledger.calls}/{result.search_ledger.cap_calls} calls, "
                   f"{result.search_ledger.tokens} tokens")
-    console.print(f"verdict scored by {scored_by(result.config.scoring)} (--scoring {result.config.scoring})")
+    console.print(f"serve {result.config.contract}: verdict scored by {contract.scored_by(result.config.contract)}")
     if (check := result.generation_check) is not None:
         _print_generation(check, console)
     tokens = result.prompt_tokens
@@ -422,13 +474,16 @@ def _print_generation(check: GenerationCheck, console: Console) -> None:
     if check.skipped:
         console.print(f"generation check skipped: {check.skipped}")
         return
-    table = Table(title=f"served by generation: first {check.n} test examples")
+    if not check.by_verdict:
+        console.print(check.headline())
+    table = Table(title=(f"served by generation: the verdict's {check.n} test examples" if check.by_verdict else
+                         f"served by generation: first {check.n} test examples"))
     for column in generation_header(check):
         table.add_column(column)
     for row in generation_rows(check):
         table.add_row(*row)
     console.print(table)
-    if warning := generation_warning(check):
+    for warning in generation_warnings(check):
         console.print(f"warning: {warning}")
 
 

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
+from prompttune.core.config import Serve
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.tasks.user_prompt import UserPrompt
@@ -37,6 +38,7 @@ class Task:
     kind: str = "classification"
     meta: dict[str, str] = field(default_factory=dict)
     prompt: UserPrompt | None = None
+    serve: Serve | None = None  # the contract the task file declares (`serve:`); None: the run's, else logprobs
     split_note: str = ""
     warnings: list[str] = field(default_factory=list)
 

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 
+from prompttune.core.config import Serve
 from prompttune.core.errors import UserError, validation_message
 from prompttune.core.types import Example
 from prompttune.core.yamlio import load_yaml
@@ -46,6 +47,8 @@ class TaskFile(PromptSource):
     split_column: str | None = None
     description: str = Field("", description="the baseline instruction of the built-in space (used without a prompt)")
     delimiter: str | None = Field(None, description="field delimiter of a csv/tsv file (default , or tab)")
+    serve: Serve | None = Field(None, description="the serving contract: how production gets the answer (logprobs, "
+                                                  "generate, choice); --serve overrides it")
 
     @field_validator("text_columns")
     @classmethod
@@ -178,4 +181,5 @@ def load_custom(path: str | Path, sizes: SplitSizes | None, seed: int) -> Task:
         sizes = sizes or fitted
     return Task(spec.name, label_names, [words[name] for name in label_names], list(columns),
                 make_splits(pools, sizes, seed, spec.name), spec.description, prompt=spec.user_prompt(str(path)),
-                split_note=note, warnings=rare_label_warnings(spec.name, [r[spec.label_column] for r in rows]))
+                split_note=note, warnings=rare_label_warnings(spec.name, [r[spec.label_column] for r in rows]),
+                serve=spec.serve)

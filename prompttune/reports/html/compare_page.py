@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from prompttune.comparing.summary import CMH_LABEL
+from prompttune.core.config import RunConfig
 from prompttune.core.storage import read_json
+from prompttune.evaluation.contract import scored_by
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name
 from prompttune.reports.compare_report import (
@@ -133,7 +135,9 @@ def compare_page(run_dir: Path) -> str:
              "notes are in report.md.", "note"),
     ]
     model = model_name(run["model"], summary.get("versions", {}))
-    subtitle = (f"{summary['headline'].capitalize()}. Model {model}, scoring {run['scoring']}; "
+    serve = RunConfig.model_validate(run).contract  # an older config.json says `scoring`, not `serve`
+    subtitle = (f"{summary['headline'].capitalize()}. Model {model}, serve {serve} (verdicts by "
+                f"{scored_by(serve)}); "
                 f"{matched['unit']}-matched: cap {matched['limit']} search {matched['unit']} per run; "
                 f"splits train {run['train_size']} / dev {run['dev_size']} / test {run['test_size']} shared by all "
                 f"arms; seeds {', '.join(map(str, config['seeds']))}.")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.core.storage import read_json
+from prompttune.evaluation.contract import scored_by
 from prompttune.evaluation.per_class import PerClass
 from prompttune.objectives.multiprompt import top_two_gap
 from prompttune.reports import ci_text, model_name
@@ -99,5 +100,6 @@ def evaluate_page(run_dir: Path) -> str:
                    "note")]
     model = model_name(config["model"], summary.get("versions", {}))
     subtitle = (f"Model {model}; {len(prompts)} prompts on {n_examples} {config['split']} examples; "
-                f"seed {config['seed']}.")
+                f"seed {config['seed']}"
+                + (f"; serve {config['serve']}, scored by {scored_by(config['serve'])}." if config.get("serve") else "."))
     return document(f"prompttune evaluate: {Path(config['task']).stem} · {len(prompts)} prompts", subtitle, parts)

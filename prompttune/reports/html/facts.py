@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
-from prompttune.evaluation.serving import scored_by
+from prompttune.evaluation.contract import scored_by
 
 if TYPE_CHECKING:
     from prompttune.engine.results import RunResult
@@ -45,7 +45,10 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
     facts = {
         "task": task.name, "labels": task.labels,
         "splits": {name: len(split) for name, split in task.splits.items()},
-        "verdict": {"summary": v.summary(), "scored_by": scored_by(result.config.scoring), "interim": o.interrupted,
+        "serve": result.config.contract,
+        "verdict": {"summary": v.summary(), "scored_by": scored_by(result.config.contract),
+                    "serve": result.config.contract,
+                    "interim": o.interrupted,
                     "alpha": v.alpha, "top_k": v.top_k,
                     "test_split_verdicts": result.test_looks, "baseline": v.baseline.id,
                     "dev_winner": v.dev_winner.id, "shipped": v.shipped.id,
@@ -54,6 +57,7 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
                                 "p_adjusted": t.p_adjusted, "confirmed": bool(t.confirmed)} for t in v.tested]},
         "search": {name: getattr(o, name) for name in OUTCOME_FIELDS},
         "generation_check": result.generation_check.to_dict() if result.generation_check else None,
+        "finalists": result.finalists.to_dict() if result.finalists else None,
         "prompt_tokens": token_facts(result),
         "per_class": result.per_class.to_dict() if result.per_class else None,
         "versions": result.versions,

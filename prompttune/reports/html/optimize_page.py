@@ -11,11 +11,13 @@ import numpy as np
 
 from prompttune.comparing.plot import draw_anytime
 from prompttune.comparing.summary import t_interval
+from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
 from prompttune.core.storage import read_json
+from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import GenerationCheck, scored_by
+from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.objectives.stats import wilson_ci
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.html.facts import FACTS, run_status
@@ -34,15 +36,18 @@ from prompttune.reports.html.page import (
 from prompttune.reports.html.tokens import marked_prompts, tokens_figure
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 from prompttune.reports.optimize_report import (
-    GENERATION_NOTE,
+    FINALISTS_NOTE,
     SERVER_COUNTS,
     SERVERS_NOTE,
     TOKENS_COUNTED,
     answer_shown,
     confirmable_gain,
+    finalist_header,
+    finalist_rows,
     generation_header,
+    generation_intro,
     generation_rows,
-    generation_warning,
+    generation_warnings,
     per_class_header,
     per_class_note,
     per_class_rows,
@@ -246,7 +251,7 @@ def _power_paragraphs(n: int, alpha: float, top_k: int, baseline_accuracy: float
             *([Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>')] if warning else [])]
 
 
-def _verdict_section(facts: dict, scoring: str) -> Html:
+def _verdict_section(facts: dict, serve: Serve) -> Html:
     v, s = facts["verdict"], facts["search"]
     base = v["baseline_only"]
     rows = [[rank, t["candidate_id"], f"{t['confirmation']['best_accuracy']:.3f}", ci_text(t["confirmation"]["best_ci"]),
@@ -255,7 +260,9 @@ def _verdict_section(facts: dict, scoring: str) -> Html:
              f"{t['confirmation']['comparison']['p_one_sided']:.3g}", f"{t['p_adjusted']:.3g}",
              Html('<b class="ok">yes</b>' if t["confirmed"] else '<span class="bad">no</span>')]
             for rank, t in enumerate(v["tested"], 1)]
-    dev = (f"Dev winner {s['leader_dev_score']:.3f} on {s['leader_dev_n']} dev examples vs baseline "
+    leader = ("The search's leader by label log-probabilities (its proxy; the dev winner tested is the finalists' best "
+              "by generation, below)" if facts.get("finalists") else "Dev winner")
+    dev = (f"{leader} {s['leader_dev_score']:.3f} on {s['leader_dev_n']} dev examples vs baseline "
            f"{s['baseline_dev_score']:.3f} on {s['baseline_dev_n']} of them, selected from F = {s['family']} "
            "candidates (selected on dev: optimistic)." if s["leader_dev_n"] else "The search scored no dev example.")
     return section(
@@ -264,7 +271,8 @@ def _verdict_section(facts: dict, scoring: str) -> Html:
              f"{esc(v['summary'][0].upper() + v['summary'][1:])}.</div>"),
         para(f"Baseline test accuracy {base['baseline_accuracy']:.3f} {ci_text(base['baseline_ci'])} (Wilson 95%) on "
              f"{base['n']} held-out test examples the optimizer never saw. {dev}"),
-        para(f"The verdict scored prompts by {scored_by(scoring)} (--scoring {scoring})."),
+        para(f"Serving contract serve: {serve} ({contract.WORDS[serve]}). The verdict scored prompts by "
+             f"{contract.scored_by(serve)}."),
         *_power_paragraphs(base["n"], v["alpha"], v["top_k"], base["baseline_accuracy"]),
         table(["dev rank", "candidate", "test accuracy", "95% CI (Wilson)", "gain [paired bootstrap 95% CI]",
                "b / c", "one-sided McNemar p", "Holm p", "confirmed"], rows, (0, 2, 6, 7))
@@ -276,19 +284,30 @@ def _generation_section(facts: dict) -> list[Html]:
     if not facts.get("generation_check"):
         return []
     check = GenerationCheck.from_dict(facts["generation_check"])
-    title = f"Served by generation: first {check.n} test examples"
+    title = (f"Served by generation: the verdict's {check.n} test examples (serve: generate)" if check.by_verdict
+             else f"Served by generation: first {check.n} test examples")
     if check.skipped:
         return [section(title, para(f"Skipped: {check.skipped}.", "note"))]
-    warning = generation_warning(check)
     invalid = [[p.role, "; ".join(answer_shown(text) for text in p.invalid_answers)]
                for p in check.prompts if p.invalid_answers]
     return [section(title,
-                    para(f"The verdict scored by {check.verdict_scored_by}. {GENERATION_NOTE} Not charged to the search "
-                         f"budget: {check.calls} calls, {check.tokens} tokens."),
+                    *([] if check.by_verdict else [para(f"{check.headline()}.")]),
+                    para(generation_intro(check)),
                     table(generation_header(check), generation_rows(check), (2, 3, 4)),
-                    *([Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>')] if warning else []),
+                    *[Html(f'<p class="warn"><b>Warning: {esc(warning)}.</b></p>')
+                      for warning in generation_warnings(check)],
                     *([Html("<h3>Answers without a label</h3>"), table(["prompt", "answers"], invalid)]
                       if invalid else []))]
+
+
+def _finalists_section(facts: dict) -> list[Html]:
+    """serve generate: the search's top prompts and the baseline rescored by generation on dev."""
+    if not facts.get("finalists"):
+        return []
+    rescoring = FinalistRescoring.from_dict(facts["finalists"])
+    return [section(f"Finalists rescored by generation: {rescoring.n} dev examples",
+                    para(f"{FINALISTS_NOTE} {rescoring.calls} calls."),
+                    table(finalist_header(), finalist_rows(rescoring), (1, 2, 3)))]
 
 
 def _tokens_section(facts: dict, config: dict) -> list[Html]:
@@ -347,6 +366,7 @@ def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
 
 def optimize_page(run_dir: Path) -> str:
     config = read_json(run_dir / "config.json")
+    serve = RunConfig.model_validate(config).contract  # an older config.json says `scoring`, not `serve`
     if not (run_dir / FACTS).is_file():
         raise UserError(f"{run_dir} is an unfinished run (no verdict yet): `optimize --resume {run_dir}` finishes it")
     facts = read_json(run_dir / FACTS)
@@ -355,8 +375,8 @@ def optimize_page(run_dir: Path) -> str:
     v, labels = facts["verdict"], facts["labels"]
     best_id = v["shipped"] if v["shipped"] != v["baseline"] else v["dev_winner"]
     best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
-    parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts, config["scoring"]),
-             *_generation_section(facts), _anytime_section(trials, facts, config["budget"]),
+    parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts, serve),
+             *_generation_section(facts), *_finalists_section(facts), _anytime_section(trials, facts, config["budget"]),
              _dimension_section(trials, v["baseline"]), *_class_changes_section(facts)]
     if best_id != v["baseline"]:
         parts += [_test_section(records, labels, {"baseline": v["baseline"], best_name: best_id}),
@@ -369,7 +389,7 @@ def optimize_page(run_dir: Path) -> str:
                    "the prompt files); the same numbers in words: report.md.", "note")]
     splits = facts["splits"]
     model = model_phrase(config["model"], config["backend"], config["dtype"], facts.get("versions", {}))
-    subtitle = (f"Model {model.replace('`', '')}, scoring {config['scoring']}, "
+    subtitle = (f"Model {model.replace('`', '')}, serve {serve}, "
                 f"objective {config['objective']}; splits train {splits['train']} / dev {splits['dev']} / "
                 f"test {splits['test']}; budget {config['budget']} calls.")
     return document(f"prompttune run: {facts['task']} · {config['optimizer']} · seed {config['seed']}", subtitle, parts)

@@ -1,0 +1,334 @@
+"""The serving contract (issue #40, item 1), on the synthetic oracle: `serve: generate` ships no label offsets and
+decides by generation, `choice` keeps offsets only where `logit_bias` reproduces them, the default `logprobs` says so
+on the run's first line and checks generation by default, and old run directories still load and report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from prompttune.cli import main
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.engine import comparison, evaluation, study
+from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
+from prompttune.engine.setup import load_run_task
+from prompttune.engine.study import run_study
+from prompttune.evaluation.contract import FINALISTS, GENERATION, contract_line
+from prompttune.evaluation.prompt_sources import NamedPrompt
+from prompttune.evaluation.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
+from prompttune.optimizers import OPTIMIZERS
+from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.reports.html_report import write_html_report
+from tests.support import CountingBackend, colours_task_file, model_calls, oracle_config, oracle_for
+
+SIZES = ["--budget", "400", "--train-size", "60", "--dev-size", "60", "--test-size", "90"]
+
+
+def generated_answer(text: str) -> str:
+    """What the oracle "model" writes when it generates: after a bare 'Label:' cue it chats (label scores like
+    that prompt, generation does not), with 'Choose the correct' it names the item's colour, else it names it for
+    three items in four and a colour off the list for the rest; asked for an instruction, it writes one."""
+    if "painted " not in text:
+        return "Choose the correct colour of the item: red, green or blue."
+    if text.rstrip().endswith("Label:"):
+        return "Sure! Happy to help with that."
+    colour = text.rsplit("painted ", 1)[1].split()[0]
+    if "Choose the correct" in text or int(hashlib.sha256(text.encode()).hexdigest(), 16) % 4:
+        return f"It is {colour}."
+    return "It is purple."
+
+
+def generating_oracle(config: RunConfig) -> CountingBackend:
+    backend = oracle_for(config)
+    backend.inner.proposals = generated_answer
+    return backend
+
+
+def _optimize(capsys: pytest.CaptureFixture, tmp_path: Path, task: Path, *options: str) -> tuple[Path, str, str]:
+    """`optimize` through the command line on the generating oracle: the run directory, stdout and stderr."""
+    code = main(["optimize", "--task", str(task), *SIZES, "--runs-dir", str(tmp_path / "runs"), *options])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return (tmp_path / "runs" / "latest").resolve(), captured.out, captured.err
+
+
+def _unwrapped(text: str) -> str:
+    """Terminal output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+@pytest.fixture(autouse=True)
+def _oracle_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(study, "build_backend", generating_oracle)
+
+
+def _offsets(spec: dict) -> bool:
+    return bool(spec.get("label_bias")) or bool(spec.get("calibrate"))
+
+
+def _trials(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_serve_generate_ships_no_offsets_and_decides_by_generation(capsys, tmp_path: Path) -> None:
+    run_dir, out, err = _optimize(capsys, tmp_path, colours_task_file(tmp_path), "--serve", "generate")
+    assert _unwrapped(err).startswith(contract_line("generate", declared=True))  # the run's first line
+    assert "serve generate, verdict scored by generation: baseline test accuracy" in out
+    trials = _trials(run_dir)
+    assert trials and not any(_offsets(t.get("spec", {})) for t in trials)  # reflect raced no calibrated twin
+    for name in ("best_prompt", "dev_winner", "baseline_prompt"):
+        assert not _offsets(json.loads((run_dir / f"{name}.json").read_text())["spec"])
+    assert json.loads((run_dir / "best_prompt.json").read_text())["serve"] == "generate"
+    assert json.loads((run_dir / "config.json").read_text())["serve"] == "generate"
+    facts = json.loads((run_dir / "verdict.json").read_text())
+    assert facts["serve"] == "generate" and facts["verdict"]["scored_by"] == "generation"
+    finalists = facts["finalists"]["finalists"]
+    assert len(finalists) >= FINALISTS and facts["verdict"]["baseline"] in {f["candidate_id"] for f in finalists}
+    assert facts["verdict"]["dev_winner"] == finalists[0]["candidate_id"]  # the generated-dev winner was tested
+    kept_back = (FINALISTS + 1) * min(60, 400 // (2 * (FINALISTS + 1)))  # the search's cap was 400 less this
+    assert facts["ledgers"]["search"]["calls_by_kind"]["score"] <= 400 - kept_back
+    assert facts["finalists"]["n"] >= kept_back // (FINALISTS + 1)
+    # The rescoring is charged to the search budget, which held it back: the cap holds.
+    search = facts["ledgers"]["search"]
+    assert search["calls"] <= 400 and search["calls_by_kind"]["generate"] == facts["finalists"]["calls"] > 0
+    assert facts["ledgers"]["confirm"]["calls_by_kind"] == {"generate": facts["ledgers"]["confirm"]["calls"]}
+    check = facts["generation_check"]
+    assert check["by_verdict"] and {p["role"] for p in check["prompts"]} >= {"baseline"}
+    report = (run_dir / "report.md").read_text()
+    assert "Serving contract **`serve: generate`**" in report and "The verdict scored prompts by **generation**" in report
+    assert "## Served by generation (the verdict, `serve: generate`)" in report and "valid responses (generation)" in report
+    assert "## Finalists rescored by generation" in report
+    page = (run_dir / "report.html").read_text()
+    assert "serve: generate" in page and "Finalists rescored by generation" in page
+
+
+def test_the_same_run_under_logprobs_races_calibrated_twins(capsys, tmp_path: Path) -> None:
+    """The control of the test above: without the contract, reflect's trials carry label offsets."""
+    run_dir, _, err = _optimize(capsys, tmp_path, colours_task_file(tmp_path), "--check-generation", "0")
+    assert _unwrapped(err).startswith(contract_line("logprobs", declared=False))
+    assert contract_line("logprobs", declared=False).endswith("set `serve: generate` if production lets the model answer")
+    assert any(_offsets(t.get("spec", {})) for t in _trials(run_dir))
+
+
+def test_the_generate_verdict_equals_evaluate_serve_generate_on_the_same_test_ids(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, serve="generate", budget=400)
+    result = run_study(config, backend=generating_oracle(config))
+    verdict = result.verdict
+    prompts = [NamedPrompt(role, candidate.spec, role) for role, candidate in
+               (("baseline", verdict.baseline), ("dev winner", verdict.dev_winner))]
+    evaluation = run_evaluation(EvaluateConfig(task=config.task, serve="generate", split="test",
+                                               train_size=config.train_size, dev_size=config.dev_size,
+                                               test_size=config.test_size, runs_dir=str(tmp_path / "evaluate")),
+                                backend=generating_oracle(config), prompts=prompts)
+    assert evaluation.example_ids == list(verdict.test_ids)
+    [setting] = evaluation.settings
+    assert setting.scoring == "generate"
+    leader = verdict.leader_confirmation
+    assert [score.accuracy for score in setting.scores] == [leader.baseline_accuracy, leader.best_accuracy]
+    served = {p.role: p for p in result.generation_check.prompts}
+    assert setting.scores[0].valid_rate == served["baseline"].valid_rate
+
+
+def test_the_default_contract_checks_generation_by_default_and_warns(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, optimizer="random")
+    assert config.serve is None and config.check_generation == 100
+    backend = generating_oracle(config)
+    result = run_study(config, backend=backend)
+    assert result.config.serve == "logprobs"
+    check = result.generation_check
+    assert check is not None and check.n == 90 and not check.by_verdict  # the whole 90-example test split
+    assert backend.calls == model_calls(result) and check.calls > 0  # outside the budget: its own ledger
+    assert result.verdict.shipped.spec.output_template == "Label: {}"  # label scores like the chatty cue
+    report = (result.run_dir / "report.md").read_text()
+    assert "**if served by generation: valid 0%, accuracy 0%" in report
+    assert "**Warning: the shipped prompt served by generation: only 0% of its generated answers" in report
+    assert "declare `serve: generate`" in report
+
+
+def test_the_generation_warning_thresholds() -> None:
+    def check(valid: float, accuracy: float, verdict: float) -> GenerationCheck:
+        return GenerationCheck(100, "label log-probabilities", (ServedPrompt("shipped", "c", valid, accuracy, verdict, ()),))
+
+    assert check(0.95, 0.80, 0.84).serving_warning() is None
+    assert "only 89%" in check(0.89, 0.80, 0.80).serving_warning()
+    assert "6 points off" in check(0.99, 0.80, 0.86).serving_warning()
+    assert check(0.9, 0.7, 0.7).headline().startswith("if served by generation: valid 90%, accuracy 70%")
+    assert MIN_VALID_RATE == 0.9
+
+
+def test_the_task_files_contract_is_used_unless_the_command_line_sets_one(capsys, tmp_path: Path) -> None:
+    task = colours_task_file(tmp_path)
+    task.write_text(task.read_text() + "serve: generate\n")
+    run_dir, _, err = _optimize(capsys, tmp_path, task, "--optimizer", "random")
+    assert _unwrapped(err).startswith(contract_line("generate", declared=True))
+    assert json.loads((run_dir / "config.json").read_text())["serve"] == "generate"
+    run_dir, _, err = _optimize(capsys, tmp_path, task, "--optimizer", "random", "--scoring", "logit")  # the alias
+    assert _unwrapped(err).startswith(contract_line("logprobs", declared=True))
+    assert json.loads((run_dir / "verdict.json").read_text())["serve"] == "logprobs"
+
+
+def test_scoring_is_an_alias_and_one_field_decides() -> None:
+    assert RunConfig(scoring="generate").serve == "generate"
+    assert RunConfig(scoring="calibrated").contract == "logprobs" and RunConfig(scoring="logit").scoring == "logit"
+    assert RunConfig(serve="generate").scoring == "generate" and RunConfig().contract == "logprobs"
+    assert "scoring" not in RunConfig(scoring="logit").model_dump()
+    with pytest.raises(ValueError, match="scoring 'generate' means serve 'generate', but serve is 'choice'"):
+        RunConfig(scoring="generate", serve="choice")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--serve", "generate", "--scoring", "logit"], "--scoring logit means --serve logprobs, not generate"),
+    (["--scoring", "sample"], "unknown --scoring 'sample'"),
+])
+def test_contradicting_contract_options_are_one_line(capsys, tmp_path: Path, argv: list[str], message: str) -> None:
+    assert main(["optimize", "--task", str(colours_task_file(tmp_path)), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_an_old_run_directory_without_serve_loads_and_reports(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, optimizer="random", check_generation=0)
+    result = run_study(config, backend=generating_oracle(config))
+    path = result.run_dir / "config.json"
+    old = json.loads(path.read_text())
+    del old["serve"]
+    path.write_text(json.dumps({**old, "scoring": "logit"}))  # as runs wrote it before the contract
+    assert RunConfig.model_validate_json(path.read_text()).contract == "logprobs"
+    (result.run_dir / "report.html").unlink()
+    write_html_report(result.run_dir)
+    assert "serve logprobs" in (result.run_dir / "report.html").read_text()
+
+
+def test_compare_and_evaluate_state_the_contract(capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    task = colours_task_file(tmp_path)
+    monkeypatch.setattr(comparison, "build_backend", generating_oracle)
+    assert main(["compare", "--task", str(task), "--optimizers", "random,reflect", "--seeds", "1", "--serve",
+                 "generate", *SIZES, "--runs-dir", str(tmp_path / "compare")]) == 0
+    compare_dir, = (tmp_path / "compare").glob("*-colours-compare")
+    report = (compare_dir / "report.md").read_text()
+    assert "serving contract `serve: generate`" in report and "held-out verdict scored by generation" in report
+    assert "serve generate (verdicts by generation)" in (compare_dir / "report.html").read_text()
+    for arm_config in compare_dir.rglob("config.json"):
+        run = json.loads(arm_config.read_text())
+        assert run.get("serve", run.get("run", {}).get("serve")) == "generate"
+    for trials in compare_dir.rglob("trials.jsonl"):
+        assert not any(_offsets(t.get("spec", {})) for t in _trials(trials.parent))
+    (tmp_path / "prompts.yaml").write_text("- 'Item: {text}\nColour:'\n- 'Item: {text}\nLabel:'\n")
+    # evaluate builds its model from the shared settings, without split sizes: the oracle over the same draw.
+    monkeypatch.setattr(evaluation, "build_backend", lambda _: generating_oracle(oracle_config(tmp_path)))
+    capsys.readouterr()
+    assert main(["evaluate", "--task", str(task), "--prompts", str(tmp_path / "prompts.yaml"), "--serve", "generate",
+                 "--train-size", "60", "--dev-size", "60", "--test-size", "90", "--runs-dir",
+                 str(tmp_path / "evaluate")]) == 0
+    assert "generate accuracy" in capsys.readouterr().out
+    evaluate_dir = next((tmp_path / "evaluate").glob("*-evaluate-*"))
+    assert "Serving contract `serve: generate`" in (evaluate_dir / "report.md").read_text()
+    assert "serve generate, scored by generation" in (evaluate_dir / "report.html").read_text()
+
+
+class LabelWordsOfTwoTokens(CountingBackend):
+    """Counts a label continuation as two tokens: no `logit_bias` can carry its offsets."""
+
+    def count_tokens(self, texts, continuation=False):
+        return [2] * len(texts) if continuation else super().count_tokens(texts)
+
+
+def test_choice_keeps_offsets_only_where_logit_bias_reproduces_them(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, serve="choice", check_generation=0)
+    one_token = run_study(config, backend=oracle_for(config))  # the oracle's labels are one token each
+    assert any(_offsets(t.get("spec", {})) for t in one_token.trials.load())
+    two_tokens = LabelWordsOfTwoTokens(oracle_for(config).inner)
+    messages: list[str] = []
+
+    class Console:
+        def print(self, text: str) -> None:
+            messages.append(text)
+
+    result = run_study(config.model_copy(update={"runs_dir": str(tmp_path / "two")}), backend=two_tokens,
+                       console=Console())  # type: ignore[arg-type]
+    assert not any(_offsets(t.get("spec", {})) for t in result.trials.load())
+    assert not _offsets(json.loads((result.run_dir / "best_prompt.json").read_text())["spec"])
+    assert sum("logit_bias cannot reproduce label offsets" in m for m in messages) == 1  # said once
+
+
+class OffersCalibratedTwin(IncumbentSearch):
+    """Test double: asks for a batch-calibrated copy of the baseline, as any optimizer might."""
+
+    name = "offers-calibrated-twin"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.twin = spec_candidate(self.baseline.spec.with_updates(label_bias=(0.5, -0.2, -0.3)), "t")
+        self.asks = iter([self.baseline, self.twin])
+
+    def ask(self) -> TrialRequest | None:
+        candidate = next(self.asks, None)
+        return None if candidate is None else TrialRequest(candidate, tuple(self.context.dev_ids))
+
+    def ranking(self):
+        return [self.twin, self.baseline]
+
+
+def test_the_driver_refuses_label_offsets_under_generate_for_any_optimizer(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(OPTIMIZERS, "offers-calibrated-twin", OffersCalibratedTwin)
+    config = oracle_config(tmp_path, optimizer="offers-calibrated-twin", serve="generate")
+    result = run_study(config, backend=generating_oracle(config))
+    assert result.outcome.rejected == {"offsets": 1}
+    assert [t["candidate_id"] for t in result.trials.load()] == [result.baseline.id]
+    assert result.verdict.shipped.id == result.baseline.id
+    assert "carried label offsets the serving contract cannot apply" in (result.run_dir / "report.md").read_text()
+
+
+def test_reflect_refuses_calibration_asked_for_under_generate(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, serve="generate", optimizer_options={"calibration": "batch"})
+    with pytest.raises(UserError, match="reflect: --option calibration=batch races calibrated prompts"):
+        run_study(config, backend=generating_oracle(config))
+
+
+def test_a_budget_that_cannot_keep_the_finalists_rescoring_back_is_one_line(tmp_path: Path) -> None:
+    config = oracle_config(tmp_path, serve="generate", budget=70, optimizer="random")
+    with pytest.raises(UserError, match="once 32 calls are kept back to rescore the finalists by generation"):
+        run_study(config, backend=generating_oracle(config))
+
+
+def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None:
+    from prompttune.evaluation.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
+
+    assert (GENERATION.temperature, MAX_NEW_TOKENS, COT_MAX_NEW_TOKENS) == (0.0, GENERATION.max_tokens,
+                                                                           GENERATION.cot_max_tokens)
+    assert "exactly one label" in GENERATION.extraction
+    with pytest.raises(ValueError, match="--serve generate pins generation at 16 new tokens"):
+        EvaluateConfig(serve="generate", max_new_tokens=32)
+    assert EvaluateConfig(serve="generate").scoring == "generate" and EvaluateConfig(serve="choice").scoring == "logit"
+    assert load_run_task(oracle_config(tmp_path)).serve is None
+
+
+@pytest.mark.integration
+def test_serve_generate_with_the_embedded_model(data_dir: Path, tmp_path: Path, embedded_model) -> None:
+    """The real model under `serve: generate`: no trial carries offsets, the finalists and the verdict generate, and
+    `evaluate --serve generate` makes the same requests (its cache is the run's) and gives the verdict's accuracies
+    on the same test examples."""
+    config = RunConfig(task="agnews", data_dir=str(data_dir), serve="generate", optimizer="random", budget=80,
+                       train_size=10, dev_size=10, test_size=8, runs_dir=str(tmp_path))
+    result = run_study(config, backend=embedded_model)
+    assert not any(_offsets(t.get("spec", {})) for t in result.trials.load())
+    assert result.finalists is not None and result.finalists.n == 10 and result.finalists.calls > 0
+    assert result.confirm_ledger.calls_by_kind.keys() == {"generate"}
+    verdict = result.verdict
+    prompts = [NamedPrompt(role, candidate.spec, role) for role, candidate in
+               (("baseline", verdict.baseline), ("dev winner", verdict.dev_winner))]
+    evaluation = run_evaluation(EvaluateConfig(task="agnews", data_dir=str(data_dir), serve="generate", split="test",
+                                               train_size=10, dev_size=10, test_size=8,
+                                               runs_dir=str(tmp_path / "evaluate"),
+                                               cache=str(result.run_dir / "cache.sqlite")),
+                                backend=embedded_model, prompts=prompts)
+    assert evaluation.ledger.calls_by_kind.keys() <= {"generate"}  # the same requests: the run's answers
+    assert evaluation.example_ids == list(verdict.test_ids)
+    leader = verdict.leader_confirmation
+    assert [s.accuracy for s in evaluation.settings[0].scores] == [leader.baseline_accuracy, leader.best_accuracy]
+    assert "valid responses (generation)" in (result.run_dir / "report.md").read_text()
