@@ -16,6 +16,8 @@ from pathlib import Path
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, study
+from prompttune.evaluation.evaluator import Evaluator
+from prompttune.optimizers.base import SearchDriver
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 
@@ -27,6 +29,13 @@ class SlowBackend(CountingBackend):
         return super().score(requests)
 
 
+def one_request_at_a_time() -> None:
+    """No requests answered ahead (tests/test_batching.py covers that): a round's trials then reach the model one
+    by one, so the parent's signal, sent once some trials are logged, still lands mid-search."""
+    SearchDriver.prefetch = lambda self, request: None
+    Evaluator.prefetch = lambda self, work: None
+
+
 def slow_oracle(config: RunConfig) -> SlowBackend:
     """The test device; a module function, so that `--jobs` workers can be handed it (pickled)."""
     return SlowBackend(oracle_for(config))
@@ -36,6 +45,7 @@ if __name__ == "__main__":
     folder, command, optimizers = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     config = oracle_config(folder)
     study.build_backend = comparison.build_backend = slow_oracle
+    one_request_at_a_time()
     which = ["--optimizer", optimizers] if command == "optimize" else ["--optimizers", optimizers, "--seeds", "2"]
     sys.exit(main([command, *which, "--task", config.task, "--budget", str(config.budget),
                    "--train-size", str(config.train_size), "--dev-size", str(config.dev_size),

@@ -42,7 +42,7 @@ def test_a_successive_halving_round_and_the_verdict_reach_the_model_in_one_call_
     problem = OracleProblem.colours()
     backend = CallCounter(problem.backend)
     run = prompttune.optimize(problem.task, optimizer="sh", budget=600, space=problem.space, backend=backend,
-                              runs_dir=str(tmp_path))
+                              runs_dir=str(tmp_path), check_generation=0)  # the search and the verdict alone
     assert run.strategy.optimizer.schedule == [(10, 20), (3, 100)]
     # one call per round, the baseline's top-up on the last round's block, one for the verdict (both prompts);
     # asked one by one the rounds alone took 10 + 3 calls and the verdict 2
@@ -60,7 +60,7 @@ def _reflect_run(monkeypatch, batched: bool) -> tuple[CallCounter, list[dict]]:
     problem = OracleProblem.colours()
     backend = CallCounter(problem.backend)
     run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
-                              backend=backend, record=False)
+                              backend=backend, record=False, check_generation=0)
     monkeypatch.undo()
     assert run.backend_use["calls"] == backend.batches
     return backend, [*run.trials.load(), run.search_ledger.summary(), run.verdict.summary()]
@@ -78,7 +78,7 @@ def test_mipro_writes_the_proposals_it_will_ask_for_in_one_generate_call() -> No
     problem = OracleProblem.colours()
     backend = CallCounter(problem.backend)
     run = prompttune.optimize(problem.task, optimizer="mipro", budget=400, space=problem.space, backend=backend,
-                              options={"instructions": 3}, record=False)
+                              options={"instructions": 3}, record=False, check_generation=0)
     proposals = run.search_ledger.calls_by_kind["propose"]
     assert proposals >= 3  # the task summary, then at least two instructions
     # the summary alone, then the first two proposals together (any further one, asked after a duplicate, alone)

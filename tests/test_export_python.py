@@ -8,7 +8,7 @@ import importlib.util
 import json
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -103,13 +103,16 @@ def test_dspy_refuses_a_contract_it_cannot_run(tmp_path: Path) -> None:
     assert "\n" not in str(raised.value) and "--to python" in str(raised.value)
 
 
-def _served_run(tmp_path: Path, data_dir: Path, url: str, scoring: str, dev_size: int, budget: int):
+def _served_run(tmp_path: Path, data_dir: Path, url: str, serve: str, dev_size: int, budget: int,
+                calibrate: bool = False):
     """A small run of the random search on sst2 against the llama.cpp server (as a user with `--backend
-    openai` makes it), and its test records."""
+    openai` makes it), and its test records; `calibrate`: every prompt of the space contextually calibrated."""
     config = oracle_config(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai", base_url=[url],
                            model=EMBEDDED_MODEL, optimizer="random", budget=budget, train_size=16,
-                           dev_size=dev_size, test_size=20, scoring=scoring, concurrency=2)
-    result = run_study(config, console=Console(quiet=True))
+                           dev_size=dev_size, test_size=20, serve=serve, concurrency=2, check_generation=0)
+    space = default_space(task_of(config))
+    space.base = replace(space.base, calibrate=calibrate)
+    result = run_study(config, space=space, console=Console(quiet=True))
     rows = [json.loads(line) for line in (result.run_dir / "test_records.jsonl").read_text().splitlines()]
     return result, rows
 
@@ -138,7 +141,8 @@ def _reproduces(result, rows: list[dict], tmp_path: Path, url: str) -> ModuleTyp
 @pytest.mark.integration
 def test_a_calibrated_logprobs_run_is_reproduced_by_its_module(
         tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
-    result, rows = _served_run(tmp_path, data_dir, llama_server, "calibrated", dev_size=6, budget=12)
+    result, rows = _served_run(tmp_path, data_dir, llama_server, "logprobs", dev_size=6, budget=12,
+                               calibrate=True)
     module = _reproduces(result, rows, tmp_path, llama_server)
     # The offsets were in play: the prompt's bias over the content-free inputs is far from uniform.
     assert module.CONTRACT["predict"] == "contextual_calibration"
@@ -147,9 +151,9 @@ def test_a_calibrated_logprobs_run_is_reproduced_by_its_module(
 
 @pytest.mark.integration
 def test_a_generated_run_is_reproduced_by_its_module(tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
-    # The search's dev block is the baseline's alone (generation is slow on one server thread): the module is
+    # A small dev split (generation is slow on one server thread), rescored whole for the finalists: the module is
     # checked on what ships.
-    result, rows = _served_run(tmp_path, data_dir, llama_server, "generate", dev_size=4, budget=4)
+    result, rows = _served_run(tmp_path, data_dir, llama_server, "generate", dev_size=4, budget=32)
     _reproduces(result, rows, tmp_path, llama_server)
 
 

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -154,7 +153,7 @@ def test_summary_and_notebook_display_carry_the_accuracies_verdict_and_serving(r
     assert f"baseline test accuracy: {c.baseline_accuracy:.3f}" in summary
     assert f"shipped test accuracy: {c.best_accuracy:.3f}" in summary
     assert f"verdict: {run.verdict.summary()}" in summary
-    assert "serving: scored by label log-probabilities (scoring logit)" in summary
+    assert "serving: serving contract logprobs, scored by label log-probabilities" in summary
     assert "splits: train 60 / dev 30 / test 30" in summary and "model: synthetic-oracle-0" in summary
     assert f"| baseline test accuracy | {c.baseline_accuracy:.3f} |" in run._repr_markdown_()
     assert "<th style='text-align:left'>verdict</th>" in run._repr_html_()
@@ -162,8 +161,8 @@ def test_summary_and_notebook_display_carry_the_accuracies_verdict_and_serving(r
 
 
 def test_summary_states_a_declared_serving_contract(run: prompttune.RunResult, monkeypatch) -> None:
-    monkeypatch.setattr(run, "config", SimpleNamespace(**run.config.model_dump(), serve="generate"))
-    assert "serving: serving contract generate" in run.summary()
+    monkeypatch.setattr(run, "config", run.config.model_copy(update={"serve": "generate"}))
+    assert "serving: serving contract generate, scored by generation" in run.summary()
 
 
 # -- terminals and reports ---------------------------------------------------------------------------

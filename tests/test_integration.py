@@ -12,7 +12,7 @@ import pytest
 from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.study import run_study
-from tests.support import CountingBackend
+from tests.support import CountingBackend, model_calls
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def test_optimize_agnews_real_model_ledger_matches_backend_calls(data_dir: Path,
     trials = [json.loads(line) for line in (run / "trials.jsonl").read_text().splitlines()]
     assert trials[0]["purpose"] == "baseline" and len(trials) == 4  # 4 × 24 calls fit in 100
     assert result.search_ledger.calls == trials[-1]["budget_spent"] == 96 <= config.budget
-    assert backend.calls == result.search_ledger.calls + result.confirm_ledger.calls
+    assert backend.calls == model_calls(result)
     # The baseline on 30 test examples, and the dev winner too unless the baseline won on dev.
     assert result.confirm_ledger.calls == (60 if result.verdict.tested else 30)
     report = (run / "report.md").read_text()

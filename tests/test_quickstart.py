@@ -30,7 +30,8 @@ def quickstart_commands() -> list[str]:
 def test_the_quickstart_runs_as_written_against_a_server(llama_server: str, tmp_path: Path) -> None:  # noqa: F811
     shutil.copytree(REPO / "examples" / "custom_task", tmp_path / "examples" / "custom_task")
     commands = quickstart_commands()
-    assert [c.split()[:2] for c in commands] == [["prompttune", "optimize"], ["prompttune", "export"]]
+    assert [c.split()[:2] for c in commands] == [["prompttune", "optimize"], ["prompttune", "export"],
+                                                 ["prompttune", "export"]]
     assert README_URL in commands[0]
     bin_dir = Path(sys.executable).parent
     for command in commands:
@@ -46,4 +47,5 @@ def test_the_quickstart_runs_as_written_against_a_server(llama_server: str, tmp_
     assert "Classify the sentiment of the product review as one of: negative, positive." in baseline
     exported = json.loads((run_dir / "export" / "prompt.openai-chat.json").read_text())
     assert exported["messages"] and "{review}" in json.dumps(exported["messages"])
+    assert exported["serve"] == "logprobs" and (run_dir / "export" / "classifier.py").is_file()
     assert json.loads((run_dir / "config.json").read_text())["base_url"] == [llama_server]

@@ -245,8 +245,10 @@ def test_choice_keeps_offsets_only_where_logit_bias_reproduces_them(tmp_path: Pa
     messages: list[str] = []
 
     class Console:
-        def print(self, text: str) -> None:
-            messages.append(text)
+        quiet = False
+
+        def print(self, text: str, **_: object) -> None:
+            messages.append(str(text))
 
     result = run_study(config.model_copy(update={"runs_dir": str(tmp_path / "two")}), backend=two_tokens,
                        console=Console())  # type: ignore[arg-type]

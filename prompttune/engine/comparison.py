@@ -419,7 +419,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                             first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
                             time.time() - started, equal_spend,
                             run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
-                                         passed=backend is not None), options)
+                                         passed=backend is not None or backend_factory is not None), options)
     plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
     write_report(comparison)
     write_html_report(run_dir)

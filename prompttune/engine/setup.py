@@ -73,10 +73,11 @@ def require_dev_budget(config: RunConfig, task: Task) -> None:
                 "(serve generate)" if budget < config.budget else "")
         raise UserError(f"budget {config.budget} too small: one full dev evaluation needs {dev_n} calls{kept} "
                         "(lower --dev-size or raise --budget)")
-    if budget < config.budget and contract.finalist_examples(config.budget, dev_n) < MIN_FINALIST_EXAMPLES:
+    least = min(MIN_FINALIST_EXAMPLES, dev_n)  # a dev split smaller than that is rescored whole
+    if run_contract(config, task)[0] == "generate" and contract.finalist_examples(config.budget, dev_n) < least:
         raise UserError(f"budget {config.budget} too small for serve generate: rescoring the finalists by generation "
                         f"within half the budget leaves {contract.finalist_examples(config.budget, dev_n)} dev "
-                        f"examples each (at least {MIN_FINALIST_EXAMPLES}); raise --budget")
+                        f"examples each (at least {least}); raise --budget")
 
 
 def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:
