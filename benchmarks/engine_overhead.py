@@ -44,10 +44,10 @@ from typing import Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import prompttune  # noqa: E402
-from prompttune.backends.base import Backend, Request  # noqa: E402
+from prompttune.backends.base import Request, WrappedBackend  # noqa: E402
 from prompttune.backends.oracle import SyntheticOracleBackend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
-from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult  # noqa: E402
+from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult  # noqa: E402
 from prompttune.engine.results import RunResult  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
 
@@ -83,7 +83,7 @@ class Call:
 
 
 @dataclass
-class CallLog(Backend):
+class CallLog(WrappedBackend):
     """The oracle, with each backend call logged and the real seconds spent inside it counted apart."""
 
     inner: SyntheticOracleBackend
@@ -95,15 +95,6 @@ class CallLog(Backend):
 
     def __post_init__(self) -> None:
         self.model_id = self.inner.model_id
-
-    def to_text(self, prompt: Prompt) -> str:
-        return self.inner.to_text(prompt)
-
-    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
-        return self.inner.count_tokens(texts, continuation)
-
-    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
-        return self.inner.token_bounds(requests)
 
     def _log(self, kind: str, requests: Sequence[Request], tokens: int) -> None:
         engine = time.process_time() - self.started - self.inside

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from prompttune.backends.base import Backend
+from prompttune.backends.base import Backend, WrappedBackend
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, GenerateRequest, ScoreRequest
@@ -40,17 +40,12 @@ def synthetic_task(n_per_class: int = 60, seed: int = 0, sizes: SplitSizes = Spl
                 "Name the colour.")
 
 
-class CountingBackend(Backend):
+class CountingBackend(WrappedBackend):
     """Wraps a backend and counts the requests that really reach it."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner, self.model_id, self.calls = inner, inner.model_id, 0
-
-    def to_text(self, prompt):
-        return self.inner.to_text(prompt)
-
-    def count_tokens(self, texts, continuation=False):
-        return self.inner.count_tokens(texts, continuation)
+        super().__init__(inner)
+        self.calls = 0
 
     def score(self, requests: list[ScoreRequest]):
         self.calls += len(requests)
@@ -59,9 +54,6 @@ class CountingBackend(Backend):
     def generate(self, requests: list[GenerateRequest]):
         self.calls += len(requests)
         return self.inner.generate(requests)
-
-    def token_bounds(self, requests):
-        return self.inner.token_bounds(requests)
 
 
 FIELDS = ("Input: {}", "Text: {}", "Data: {}", "Query: {}", "Item: {}", "Example: {}")

@@ -78,6 +78,30 @@ class Backend(ABC):
         request, same order."""
 
 
+class WrappedBackend(Backend):
+    """A backend around another that passes every request through: the base of wrappers that watch, count or
+    time what reaches the model (compare's fairness watch, tests' counters, benchmarks' clocks)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+
+    def to_text(self, prompt: Prompt) -> str:
+        return self.inner.to_text(prompt)
+
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        return self.inner.count_tokens(texts, continuation)
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
+        return self.inner.token_bounds(requests)
+
+    def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        return self.inner.score(requests)
+
+    def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
+        return self.inner.generate(requests)
+
+
 def tokenizer_counts(tokenizer: Any, texts: Sequence[str], continuation: bool = False) -> list[int]:
     """`Backend.count_tokens` with a Hugging Face tokenizer, tokenizing as the backends do."""
     if not texts:

@@ -25,8 +25,8 @@ from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
-from prompttune.backends.base import Backend, Request
-from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.backends.base import Backend, Request, WrappedBackend
+from prompttune.core.types import Example, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from prompttune.tasks.base import Task
 from prompttune.tasks.pools import seen_in_tuning
 
@@ -50,7 +50,7 @@ class Served:
     leaks: int  # requests whose prompt quoted a test example
 
 
-class ModelWatch(Backend):
+class ModelWatch(WrappedBackend):
     """Passes requests through to the shared model and logs each one it serves: its tokens, and
     whether its prompt quotes a test text.
 
@@ -59,8 +59,7 @@ class ModelWatch(Backend):
     """
 
     def __init__(self, inner: Backend, task: Task) -> None:
-        self.inner = inner
-        self.model_id = inner.model_id
+        super().__init__(inner)
         self._log: list[tuple[bool, int]] = []  # per served request: quoted a test text, tokens
         self.watch(task)
 
@@ -88,15 +87,6 @@ class ModelWatch(Backend):
 
     def describe(self) -> str:
         return self.inner.describe()
-
-    def to_text(self, prompt: Prompt) -> str:
-        return self.inner.to_text(prompt)
-
-    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
-        return self.inner.count_tokens(texts, continuation)
-
-    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
-        return self.inner.token_bounds(requests)
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = self.inner.score(requests)
