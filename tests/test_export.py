@@ -48,8 +48,9 @@ def _run_dir(tmp_path: Path, **config_changes) -> tuple[Path, PromptSpec, list]:
 
 def test_text_export_is_the_scored_prompt_with_a_placeholder(tmp_path: Path) -> None:
     run, spec, demos = _run_dir(tmp_path)
-    [path] = export(run, "text", tmp_path / "out")
+    path, serving = export(run, "text", tmp_path / "out")
     text = path.read_text()
+    assert serving.name == "serving.txt" and "Serving contract: serve logprobs" in serving.read_text()
     query = task_of(oracle_config(tmp_path)).splits["dev"][0]
     assert text.rstrip("\n").replace("{text}", query.fields["text"]) == render(spec, query, demos).text
     assert all(d.fields["text"] in text for d in demos)
@@ -113,8 +114,9 @@ def test_a_calibrated_prompt_says_so_in_every_export(tmp_path: Path) -> None:
     run, spec, demos = _chat_run_dir(tmp_path)
     out = tmp_path / "out"
     written = export(run, "text", out)
-    assert [p.name for p in written] == ["prompt.txt", "calibration.txt"]
-    assert "calibrated" in written[1].read_text() and "[user]\n" in written[1].read_text()
+    assert [p.name for p in written] == ["prompt.txt", "serving.txt", "calibration.txt"]
+    assert "calibrated" in written[2].read_text() and "[user]\n" in written[2].read_text()
+    assert "after the offsets in calibration.txt" in written[1].read_text()
     for to, name in (("json", "prompt.json"), ("openai-chat", "prompt.openai-chat.json")):
         data = json.loads(export(run, to, out)[0].read_text())
         block = data["calibration"]
@@ -127,7 +129,7 @@ def test_a_calibrated_prompt_says_so_in_every_export(tmp_path: Path) -> None:
                                          r"contextual calibration\); use --to python"):
         export(run, "dspy", out)  # DSPy reads generated text: no label scores to calibrate
     run, _, _ = _run_dir(tmp_path / "plain")
-    assert [p.name for p in export(run, "text", tmp_path / "plain-out")] == ["prompt.txt"]
+    assert [p.name for p in export(run, "text", tmp_path / "plain-out")] == ["prompt.txt", "serving.txt"]
     assert json.loads(export(run, "json", tmp_path / "plain-out")[0].read_text())["calibration"] is None
 
 
@@ -137,8 +139,8 @@ def test_a_batch_calibrated_prompt_exports_its_offsets_and_evaluate_reads_them_b
     (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
     out = tmp_path / "out"
     written = export(run, "text", out)
-    assert [p.name for p in written] == ["prompt.txt", "calibration.txt"]
-    assert "batch-calibrated" in written[1].read_text() and "-1.2500" in written[1].read_text()
+    assert [p.name for p in written] == ["prompt.txt", "serving.txt", "calibration.txt"]
+    assert "batch-calibrated" in written[2].read_text() and "-1.2500" in written[2].read_text()
     for to in ("json", "openai-chat"):
         data = json.loads(export(run, to, out)[0].read_text())
         assert data["calibrate"] is True and data["calibration"]["bias"] == [-0.5, -1.25, -1.75]

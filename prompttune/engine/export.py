@@ -51,7 +51,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.storage import read_json
 from prompttune.core.types import Example, Prompt
 from prompttune.engine.setup import load_run_task, read_run_config
-from prompttune.evaluation import extraction
+from prompttune.evaluation import contract, extraction
 from prompttune.evaluation.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
 from prompttune.evaluation.prediction import CONTENT_FREE
 from prompttune.evaluation.prompt_sources import OPENAI_CHAT_FORMAT
@@ -192,9 +192,9 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
     prompt = template(spec, demos)
     scored_with = {"backend": config.backend, "api": config.api if config.backend == "openai" else None,
                    "scoring": config.scoring}
-    contract = serving_contract(config)
-    served = {"serve": contract, "request": request_parameters(spec, config), "how_to_apply": how_to_apply(spec, config)}
-    if contract == "choice":
+    serve = serving_contract(config)
+    served = {"serve": serve, "request": request_parameters(spec, config), "how_to_apply": how_to_apply(spec, config)}
+    if serve == "choice":
         served["choice"] = choice_block(spec, config)
     return {"format": OPENAI_CHAT_FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task,
             "model": config.model, "scored_with": scored_with, **served,
@@ -265,6 +265,21 @@ def choice_block(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
     return block | {"logit_bias": {str(i[0]): -bias for i, bias in zip(ids, spec.label_bias)},
                     "logit_bias_note": "token id -> minus the label's offset; add it to a constrained request, "
                                        "whose greedy choice is then the run's label"}
+
+
+def write_serving_note(spec: PromptSpec, config: RunConfig, out: Path) -> Path:
+    """serving.txt beside prompt.txt: the contract the verdict confirmed the prompt under, and how the label is read."""
+    serve = serving_contract(config)
+    if prediction(spec, config) == "generation":
+        limit = contract.GENERATION.cot_max_tokens if spec.cot else contract.GENERATION.max_tokens
+        reading = (f"Decode greedily (temperature {contract.GENERATION.temperature:g}) for at most {limit} tokens; "
+                   f"the label is {contract.GENERATION.extraction}.")
+    else:
+        reading = ("The label is the label word whose first answer token has the largest log-probability"
+                   + (", after the offsets in calibration.txt." if calibrated(spec, config) else "; no offsets."))
+    (out / "serving.txt").write_text(f"Serving contract: serve {serve} ({contract.WORDS[serve]}). The held-out test "
+                                     f"confirmed this prompt scored that way. {reading}\n", encoding="utf-8")
+    return out / "serving.txt"
 
 
 def write_calibration_note(spec: PromptSpec, config: RunConfig, demos: list[Example], out: Path) -> Path:
@@ -551,7 +566,7 @@ def export(run_dir: Path, to: str, out: Path) -> list[Path]:
     if to == "text":
         (out / "prompt.txt").write_text(as_text(template(spec, demos)) + "\n", encoding="utf-8")
         note = [write_calibration_note(spec, config, demos, out)] if calibrated(spec, config) else []
-        return [out / "prompt.txt", *note]
+        return [out / "prompt.txt", write_serving_note(spec, config, out), *note]
     if to == "json":
         return _write_json(out / "prompt.json", as_json(spec, demos, config, run_dir))
     if to == "openai-chat":
