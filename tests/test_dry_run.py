@@ -51,6 +51,21 @@ def test_dry_run_states_the_gain_the_test_split_confirms_and_warns_above_5_point
                          "651 test examples confirm 5 points with 80% power (--test-size)"] if warned else [])
 
 
+@pytest.mark.parametrize("serve", ["", "generate"])
+def test_dry_run_states_the_serving_contract_and_the_calls_generate_keeps_back(
+        tmp_path: Path, capsys, monkeypatch, serve: str) -> None:
+    monkeypatch.setattr(plan, "build_backend", oracle_for)
+    assert main(["optimize", "--task", str(colours_task_file(tmp_path)), "--optimizer", "sh", "--budget", "300",
+                 "--train-size", "60", "--dev-size", "60", "--test-size", "90", "--runs-dir", str(tmp_path / "runs"),
+                 *(["--serve", serve] if serve else []), "--dry-run"]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    if serve:  # the baseline and 3 finalists on 300 // 8 = 37 dev examples each
+        assert line.startswith("serving contract: generate (") and line.endswith(
+            "; 148 of the budget's calls kept back to rescore the finalists by generation")
+    else:
+        assert line.startswith("serving contract: logprobs (") and "set `serve: generate`" in line
+
+
 def test_dry_run_does_not_combine_with_resume(tmp_path: Path, capsys) -> None:
     assert main(["optimize", "--resume", str(tmp_path), "--dry-run"]) == 2
     assert capsys.readouterr().err.startswith("error: --dry-run plans a new run")

@@ -21,9 +21,10 @@ from prompttune.comparing.fairness import Cap, caps_of
 from prompttune.core.config import RunConfig
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import check_compare
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_run_task, load_space, run_contract, search_budget
 from prompttune.engine.strategies import dspy_arm
 from prompttune.engine.study import checked_search
+from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -99,10 +100,11 @@ class RunPlan:
     test_size: int
     alpha: float
     confirm_top: int
+    contract: str  # the serving contract's line, as the run's first line says it
 
     def lines(self) -> list[str]:
         """The plan as `optimize --dry-run` prints it."""
-        return [f"dry run: {self.optimizer} on {self.probe.model}; no search call made",
+        return [f"dry run: {self.optimizer} on {self.probe.model}; no search call made", self.contract,
                 *([self.strategy] if self.strategy else []),
                 f"search: at most {self.search_calls} model calls (--budget), "
                 f"{self.probe.tokens_text(self.search_calls, self.search_tokens)}",
@@ -124,9 +126,12 @@ def plan_run(config: RunConfig, probe_examples: int = PROBE_EXAMPLES) -> RunPlan
     task = load_run_task(config)
     visible, context, _ = checked_search(config, task, load_space(config, task))
     test_size = len(task.splits["test"])
+    serve, declared = run_contract(config, task)
+    held_back = config.budget - search_budget(config, task)
+    kept = f"; {held_back} of the budget's calls kept back to rescore the finalists by generation" if held_back else ""
     return RunPlan(config.optimizer, strategy_line(config, context), config.budget, config.budget_tokens,
                    2 * test_size, probe(config, visible, context, probe_examples), test_size, config.alpha,
-                   config.confirm_top)
+                   config.confirm_top, contract.contract_line(serve, declared) + kept)
 
 
 @dataclass(frozen=True)
