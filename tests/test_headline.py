@@ -92,5 +92,15 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
         assert section in report, section
     assert (repo / "docs" / "results" / "headline_colours.png").is_file()
 
+    # With spread between the claim's arms the claims are tested: one-sided t p and its BH p, printed as values.
+    for path in run_dir.glob("arms/*/arm.json"):
+        arm = json.loads(path.read_text())
+        if arm["arm"] == "random":
+            arm["confirmation"]["best_accuracy"] -= 0.3 + 0.1 * arm["seed"]
+            path.write_text(json.dumps(arm))
+    claims = [line for line in headline.report_text("colours", run_dir).splitlines() if line.startswith("| primary")
+              or line.startswith("| secondary")]
+    assert len(claims) == 2 and all("untested" not in line and line.endswith("| yes |") for line in claims), claims
+
     _git(repo, "commit", "-qm", "later", "--allow-empty")
     assert "resume at the same commit" in _one_line_refusal(["colours", "--resume", str(run_dir)], capsys)
