@@ -1,0 +1,245 @@
+"""The headline comparison of one task, exactly as docs/results/headline_protocol.md fixes it, with its provenance.
+
+A new run refuses a dirty checkout (unless --allow-dirty, recorded) and a cache that already holds entries, then
+runs `compare` with the protocol's arguments (`PROTOCOL`, the one table this script takes them from) and writes
+`headline.json` in the comparison's run directory: commit, dirty, cache empty at start, date, machine, command.
+`--resume DIR` finishes an interrupted run at the same commit and logs the resume with its time; `--report DIR`
+writes docs/results/headline_<task>.md from the arms finished so far (a partial run is reported as partial).
+Why a script: the headline must be one invocation at one clean commit from an empty cache, and say so itself.
+
+Run: PROMPTTUNE_DATA_DIR=../shared/data OMP_NUM_THREADS=1 python benchmarks/headline.py TASK [--jobs 2]
+     python benchmarks/headline.py TASK --resume RUN_DIR [--jobs 2]
+     python benchmarks/headline.py TASK --report RUN_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from prompttune.cli import main as prompttune_main
+from prompttune.comparing.arms import ARM_FILE, ArmRun, load_arm_run
+from prompttune.comparing.summary import Claim, judge_claims, p_text, t_interval
+from prompttune.core.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD = "headline.json"
+SEEDS = 5
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One task's comparison: `compare`'s arguments, the pre-registered pair (`first` − `second` > 0 and > `margin`)
+    and the descriptive ablation pair."""
+
+    args: list[str]
+    claim: tuple[str, str] = ("reflect", "dspy-gepa")
+    margin: float = 0.03
+    ablation: tuple[str, str] = ("reflect", "reflect-nocal")
+    seeds: int = SEEDS
+
+
+def _protocol(task: str) -> Headline:
+    """The protocol's "How it runs" command for `task` (without --jobs, which the script passes)."""
+    return Headline(["--task", task, "--pool", "reporting", "--mode", "native", "--native-demos", "4",
+                     "--budget", "2000", "--train-size", "1000", "--dev-size", "300", "--test-size", "1000",
+                     "--seed", "100", "--split-seed", "100", "--seeds", str(SEEDS),
+                     "--cache", f"runs/headline-{task}/cache.sqlite",
+                     "--optimizers", "reflect,reflect-nocal=reflect:calibration=off,sh,dspy-gepa,dspy-mipro"])
+
+
+PROTOCOL: dict[str, Headline] = {task: _protocol(task) for task in ("agnews", "sst2", "trec")}
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UserError(f"git {' '.join(args)} failed in {REPO}: {done.stderr.strip() or done.returncode}")
+    return done.stdout.strip()
+
+
+def checkout() -> tuple[str, list[str]]:
+    """The commit and the paths `git status --porcelain` lists (tracked changes and untracked files alike)."""
+    return _git("rev-parse", "HEAD"), _git("status", "--porcelain").splitlines()
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _option(args: list[str], flag: str, default: str) -> str:
+    return args[args.index(flag) + 1] if flag in args else default
+
+
+def _headline(task: str) -> Headline:
+    if task not in PROTOCOL:
+        raise UserError(f"{task!r} is not a headline task: one of {', '.join(PROTOCOL)} (docs/results/headline_protocol.md)")
+    return PROTOCOL[task]
+
+
+def _read_record(run_dir: Path, task: str) -> dict[str, Any]:
+    path = run_dir / RECORD
+    if not path.is_file():
+        raise UserError(f"{run_dir} holds no {RECORD}: not a run this script started")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record["task"] != task:
+        raise UserError(f"{run_dir} is the {record['task']} headline, not {task}'s")
+    return record
+
+
+def start(task: str, jobs: int, allow_dirty: bool) -> int:
+    """A new headline run: refused on a dirty checkout or a used cache; provenance written when compare returns."""
+    headline = _headline(task)
+    commit, changed = checkout()
+    if changed and not allow_dirty:
+        raise UserError(f"the checkout at {commit[:7]} is dirty ({len(changed)} paths in `git status --porcelain`): "
+                        "commit or stash them, or pass --allow-dirty (recorded)")
+    cache = Path(_option(headline.args, "--cache", ""))
+    if cache.is_file() and cache.stat().st_size > 0:
+        raise UserError(f"cache {cache} holds entries already: the headline starts from an empty cache; move it away")
+    cache.parent.mkdir(parents=True, exist_ok=True)  # the protocol's runs/headline-TASK/ is new at the first start
+    runs = Path(_option(headline.args, "--runs-dir", "runs"))
+    before = set(runs.glob("*-compare"))
+    argv = ["compare", *headline.args, "--jobs", str(jobs)]
+    record = {"task": task, "command": "compare " + shlex.join(argv[1:]), "commit": commit, "dirty": bool(changed),
+              "dirty_paths": changed, "allow_dirty": allow_dirty, "cache": str(cache), "cache_empty_at_start": True,
+              "started": _now(), "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+              "resumes": []}
+    try:
+        return prompttune_main(argv)
+    finally:  # written however compare ends (finished, interrupted, failed): the run directory is the record
+        if made := sorted(set(runs.glob("*-compare")) - before):
+            (made[-1] / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def resume(task: str, run_dir: Path, jobs: int) -> int:
+    """Finish an interrupted headline run at its own commit; the resume is logged, with its time, before it runs."""
+    record = _read_record(run_dir, task)
+    commit, changed = checkout()
+    if commit != record["commit"]:
+        raise UserError(f"{run_dir} ran at {record['commit'][:7]}; this checkout is at {commit[:7]}: resume at the "
+                        "same commit")
+    record["resumes"].append({"at": _now(), "dirty": bool(changed), "jobs": jobs})
+    (run_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return prompttune_main(["compare", "--resume", str(run_dir), "--jobs", str(jobs)])
+
+
+def _per_seed(runs: list[ArmRun], arm: str) -> dict[int, float]:
+    return {r.seed: r.confirmation.best_accuracy for r in runs if r.arm == arm}
+
+
+def _interval(values: list[float], bounds: tuple[float, float]) -> str:
+    if len(values) < 2:
+        return "n/a (one seed)"
+    low, high = t_interval(values, bounds)
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def _diffs(runs: list[ArmRun], pair: tuple[str, str]) -> list[float]:
+    first, second = (_per_seed(runs, arm) for arm in pair)
+    return [first[seed] - second[seed] for seed in sorted(set(first) & set(second))]
+
+
+def report_text(task: str, run_dir: Path) -> str:
+    """The headline report of a finished or partial run: provenance, per-arm table, claims, ablation."""
+    headline, record = _headline(task), _read_record(run_dir, task)
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    arms, seeds = list(config["optimizers"]), list(config["seeds"])
+    runs = [load_arm_run(path.parent) for path in sorted(run_dir.glob(f"arms/*/{ARM_FILE}"))]
+    missing = [f"{arm} seed {seed}" for arm in arms for seed in seeds if seed not in _per_seed(runs, arm)]
+    partial = bool(missing) or len(seeds) < headline.seeds or not (run_dir / "summary.json").is_file()
+    lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", ""]
+    if partial:
+        lines += [f"**Partial**: not the headline ({len(missing)} arm-seeds missing"
+                  f"{': ' + ', '.join(missing) if missing else ''}; the comparison has "
+                  f"{'a' if (run_dir / 'summary.json').is_file() else 'no'} summary.json).", ""]
+    resumes = "; ".join(r["at"] + (" (dirty checkout)" if r["dirty"] else "") for r in record["resumes"]) or "none"
+    lines += ["## Provenance", "", f"- command: `{record['command']}`", f"- commit: {record['commit']}",
+              f"- dirty: {str(record['dirty']).lower()}" + (" (--allow-dirty)" if record["allow_dirty"] else ""),
+              f"- cache empty at start: {str(record['cache_empty_at_start']).lower()} ({record['cache']})",
+              f"- date: {record['started']}",
+              f"- machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs",
+              f"- resumes: {resumes}", f"- run directory: `{run_dir}`",
+              f"- generation check: {checked} test examples per arm and seed"
+              if (checked := config["run"]["check_generation"])
+              else "- generation check: not run (the comparison's config holds check_generation 0)", ""]
+    lines += ["## Mean guarded test accuracy per arm", "",
+              "| arm | seeds | mean | 95% CI (Student-t) | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+              "| --- | ---: | ---: | --- | " + " | ".join("---:" for _ in seeds) + " |"]
+    for arm in arms:
+        scores = _per_seed(runs, arm)
+        values = list(scores.values())
+        cells = " | ".join(f"{scores[s]:.3f}" if s in scores else "–" for s in seeds)
+        lines.append(f"| {arm} | {len(values)} | {mean(values):.3f} | {_interval(values, (0.0, 1.0))} | {cells} |"
+                     if values else f"| {arm} | 0 | – | – | {cells} |")
+    first, second = headline.claim
+    claims = judge_claims([Claim(task, first, second, 0.0, _diffs(runs, headline.claim)),
+                           Claim(task, first, second, headline.margin, _diffs(runs, headline.claim))])
+    lines += ["", "## Claims", "",
+              "One-sided paired t over seeds, Benjamini–Hochberg across this task's claims (the protocol's family is "
+              "all six claims of the three tasks).", "",
+              "| claim | seeds | mean difference | 95% CI | p | BH p | holds |",
+              "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for kind, claim in zip(("primary", "secondary"), claims):
+        diffs = claim.diffs
+        p = "untested (no spread)" if claim.p is None else p_text(claim.p)
+        p_bh = "–" if claim.p_bh is None else p_text(claim.p_bh)
+        holds = "yes" if claim.p_bh is not None and claim.p_bh < 0.05 else "no"
+        lines.append(f"| {kind}: {claim.name} | {len(diffs)} | {mean(diffs) if diffs else float('nan'):+.3f} | "
+                     f"{_interval(diffs, (-1.0, 1.0))} | {p} | {p_bh} | {holds} |")
+    ablation = _diffs(runs, headline.ablation)
+    lines += ["", f"## Ablation: {headline.ablation[0]} − {headline.ablation[1]} (descriptive)", ""]
+    lines.append(f"Mean difference {mean(ablation):+.3f}, 95% CI {_interval(ablation, (-1.0, 1.0))}, per seed "
+                 f"{', '.join(f'{d:+.3f}' for d in ablation)}." if ablation else "No seed has both arms yet.")
+    if (run_dir / "summary.json").is_file():
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+        lines += ["", "## Fairness checks", "",
+                  *(f"- {'ok' if k['ok'] else 'FAILED'}: {k['claim']} ({k['detail']})" for k in summary["fairness"])]
+    if (run_dir / "anytime.png").is_file():
+        lines += ["", f"![anytime](headline_{task}.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def report(task: str, run_dir: Path) -> Path:
+    """docs/results/headline_<task>.md (and its plot) from the run directory."""
+    out = REPO / "docs" / "results" / f"headline_{task}.md"
+    out.write_text(report_text(task, run_dir), encoding="utf-8")
+    if (run_dir / "anytime.png").is_file():
+        shutil.copyfile(run_dir / "anytime.png", out.with_suffix(".png"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", help=f"one of {', '.join(PROTOCOL)}")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted headline run at its commit")
+    what.add_argument("--report", metavar="RUN_DIR", help="write docs/results/headline_<task>.md from the run")
+    parser.add_argument("--jobs", type=int, default=2, help="arm-seeds at once (the protocol's 2)")
+    parser.add_argument("--allow-dirty", action="store_true", help="start on a dirty checkout (recorded)")
+    args = parser.parse_args(argv)
+    try:
+        if args.report:
+            print(report(args.task, Path(args.report)))
+            return 0
+        if args.resume:
+            return resume(args.task, Path(args.resume), args.jobs)
+        return start(args.task, args.jobs, args.allow_dirty)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

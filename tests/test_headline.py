@@ -1,0 +1,106 @@
+"""benchmarks/headline.py on the synthetic oracle, with a tiny table in place of the protocol's tasks: a dirty
+checkout and a used cache are refused, the provenance lands in the run directory, a resume is logged with its
+time, and the report holds the protocol's sections (partial said so)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from benchmarks import headline
+from prompttune.engine import comparison
+from tests.support import colours_task_file, oracle_for
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch) -> Path:
+    """A clean one-commit checkout standing in for prompttune's, with the tiny table and the oracle model."""
+    repo = tmp_path / "repo"
+    (repo / "docs" / "results").mkdir(parents=True)
+    (repo / "docs" / "results" / "headline_protocol.md").write_text("protocol\n")
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "protocol")
+    runs = tmp_path / "runs"
+    args = ["--task", str(colours_task_file(tmp_path)), "--budget", "300", "--train-size", "60", "--dev-size", "60",
+            "--test-size", "90", "--seeds", "2", "--allow-underspend", "--mode", "native", "--runs-dir", str(runs),
+            "--cache", str(runs / "headline-colours" / "cache.sqlite"), "--optimizers", "sh,sh-eta2=sh:eta=2,random"]
+    monkeypatch.setattr(headline, "REPO", repo)
+    monkeypatch.setattr(headline, "PROTOCOL", {"colours": headline.Headline(
+        args, claim=("sh", "random"), ablation=("sh", "sh-eta2"), seeds=2)})
+    monkeypatch.setattr(comparison, "build_backend", oracle_for)
+    return repo
+
+
+def _one_line_refusal(argv: list[str], capsys) -> str:
+    assert headline.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_path: Path, capsys) -> None:
+    assert "not a headline task" in _one_line_refusal(["agnews-typo"], capsys)
+    (repo / "stray.txt").write_text("x")
+    assert "is dirty (1 paths" in _one_line_refusal(["colours", "--jobs", "1"], capsys)
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
+    (repo / "stray.txt").unlink()
+
+    assert headline.main(["colours", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    [run_dir] = (tmp_path / "runs").glob("*-compare")
+    record = json.loads((run_dir / "headline.json").read_text())
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert (record["commit"], record["dirty"], record["allow_dirty"], record["cache_empty_at_start"]) == (
+        commit, False, False, True)
+    assert record["machine"]["cpus"] > 0 and record["machine"]["platform"] and record["started"]
+    assert record["command"].startswith("compare --task ") and record["command"].endswith("--jobs 1")
+    assert record["resumes"] == []
+    assert "holds entries already" in _one_line_refusal(["colours", "--jobs", "1"], capsys)  # a used cache
+
+    # An interrupted run: one arm-seed unfinished, no summary. Its report says partial; the resume is logged.
+    (run_dir / "summary.json").unlink()
+    [unfinished] = [p for p in run_dir.glob("arms/*/arm.json") if json.loads(p.read_text())["arm"] == "random"
+                    and json.loads(p.read_text())["seed"] == 1]
+    unfinished.unlink()
+    assert headline.main(["colours", "--report", str(run_dir)]) == 0
+    partial = (repo / "docs" / "results" / "headline_colours.md").read_text()
+    assert "**Partial**: not the headline (1 arm-seeds missing: random seed 1" in partial
+    for written in (repo / "docs" / "results").glob("headline_colours.*"):
+        written.unlink()  # an uncommitted report would make the resume's checkout dirty
+    assert headline.main(["colours", "--resume", str(run_dir), "--jobs", "1"]) == 0
+    capsys.readouterr()
+    [resumed] = json.loads((run_dir / "headline.json").read_text())["resumes"]
+    assert resumed["at"] >= record["started"] and resumed["dirty"] is False
+
+    assert headline.main(["colours", "--report", str(run_dir)]) == 0
+    report = (repo / "docs" / "results" / "headline_colours.md").read_text()
+    assert "Partial" not in report
+    for section in ("## Provenance", f"- commit: {commit}", "- dirty: false", "- cache empty at start: true",
+                    f"- resumes: {resumed['at']}",
+                    "- generation check: not run", "## Mean guarded test accuracy per arm", "| sh-eta2 | 2 |",
+                    "primary: colours: sh − random > 0 |", "secondary: colours: sh − random > 0.03 |",
+                    "## Ablation: sh − sh-eta2 (descriptive)", "## Fairness checks", "headline_colours.png"):
+        assert section in report, section
+    assert (repo / "docs" / "results" / "headline_colours.png").is_file()
+
+    # With spread between the claim's arms the claims are tested: one-sided t p and its BH p, printed as values.
+    for path in run_dir.glob("arms/*/arm.json"):
+        arm = json.loads(path.read_text())
+        if arm["arm"] == "random":
+            arm["confirmation"]["best_accuracy"] -= 0.3 + 0.1 * arm["seed"]
+            path.write_text(json.dumps(arm))
+    claims = [line for line in headline.report_text("colours", run_dir).splitlines() if line.startswith("| primary")
+              or line.startswith("| secondary")]
+    assert len(claims) == 2 and all("untested" not in line and line.endswith("| yes |") for line in claims), claims
+
+    _git(repo, "commit", "-qm", "later", "--allow-empty")
+    assert "resume at the same commit" in _one_line_refusal(["colours", "--resume", str(run_dir)], capsys)
