@@ -14,7 +14,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.evaluation.confirmation import Verdict
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, checked_optimizer, run_search
+from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
 from prompttune.optimizers.base import SearchOutcome, describe_options, validate_options
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate
@@ -129,15 +129,16 @@ REACH: dict[str, Reach] = {
 }
 
 
-def optimizer_entry(optimizer: type[Optimizer]) -> StrategyEntry:
+def optimizer_entry(optimizer: type[Optimizer], reach: Reach) -> StrategyEntry:
     """A prompttune optimizer as a registry entry: the options checked by its class, its schedule (if it plans one)."""
     name = optimizer.name
 
     def check(options: dict[str, Any], cap: int, train: int, dev: int) -> None:
-        checked_optimizer(name, options)
+        validate_options(name, optimizer.Options, options)
 
     def build(config: RunConfig, context: SearchContext) -> Callable[[Setting], Strategy]:
-        checked_optimizer(name, config.optimizer_options).check(context)
+        validate_options(name, optimizer.Options, config.optimizer_options)
+        optimizer.check(context)
         return lambda setting: OptimizerStrategy(optimizer(setting.context, setting.proposer), setting.evaluator)
 
     def describe(config: RunConfig, context: SearchContext) -> str | None:
@@ -147,8 +148,8 @@ def optimizer_entry(optimizer: type[Optimizer]) -> StrategyEntry:
         return (f"schedule (candidates × dev examples per round): {' → '.join(f'{k}×{n}' for k, n in schedule)} = "
                 f"{sum(k * n for k, n in schedule)} calls")
 
-    return StrategyEntry(name, check, build, describe, lambda: describe_options(optimizer.Options), REACH[name])
+    return StrategyEntry(name, check, build, describe, lambda: describe_options(optimizer.Options), reach)
 
 
 for _optimizer in OPTIMIZERS.values():
-    register(optimizer_entry(_optimizer))
+    register(optimizer_entry(_optimizer, REACH[_optimizer.name]))
