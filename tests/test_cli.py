@@ -11,8 +11,8 @@ import pytest
 import prompttune
 from prompttune.cli import main
 from prompttune.dspy_bridge import DSPY_ARMS
-from prompttune.engine import comparison, strategies, study
-from prompttune.optimizers import OPTIMIZERS
+from prompttune.engine import comparison, study
+from prompttune.optimizers import OPTIMIZERS, registry
 from tests.support import colours_task_file, oracle_for
 
 
@@ -53,7 +53,7 @@ def test_a_crash_in_a_run_leaves_its_traceback_in_the_run_directory(capsys, tmp_
         raise RuntimeError("disk on fire\nsecond line")
 
     monkeypatch.setattr(study, "build_backend", oracle_for)
-    monkeypatch.setattr(strategies, "run_search", crash)
+    monkeypatch.setattr(registry, "run_search", crash)
     assert _optimize(tmp_path) == 1
     log = _log_named_by_the_last_line(capsys)
     run_dir, = (tmp_path / "runs").iterdir()

@@ -13,11 +13,11 @@ from rich.console import Console
 from scipy import stats
 
 from prompttune.commands.compare import add_parser as add_compare_commands
-from prompttune.comparing.arms import DSPY_ARMS
-from prompttune.comparing.coverage import INSTRUCTION, REACH, aspect_of, coverage_check, plan_coverage, touched_fields
+from prompttune.comparing.coverage import INSTRUCTION, aspect_of, coverage_check, plan_coverage, touched_fields
 from prompttune.core.errors import UserError
+from prompttune.dspy_bridge import DSPY_ARMS, STRATEGIES
 from prompttune.engine.comparison import Comparison, run_compare
-from prompttune.optimizers import OPTIMIZERS, checked_optimizer
+from prompttune.optimizers import OPTIMIZERS
 from prompttune.search_spaces import build_space, default_space
 from prompttune.search_spaces.space import SPEC_FIELDS
 from tests.support import oracle_config, oracle_for, task_of
@@ -132,10 +132,10 @@ def test_a_dspy_arm_holds_format_and_label_words_and_stays_zero_shot_on_the_defa
 
 
 def test_every_arm_declares_its_reach_and_its_hold_options_are_valid() -> None:
-    assert set(REACH) == {*OPTIMIZERS, *DSPY_ARMS}
+    assert set(STRATEGIES) == {*OPTIMIZERS, *DSPY_ARMS}
     for name in OPTIMIZERS:
-        for options in REACH[name].holds.values():
-            checked_optimizer(name, dict(options))
+        for options in STRATEGIES[name].reach.holds.values():
+            STRATEGIES[name].check(dict(options), 300, 60, 60)
 
 
 def test_same_space_refuses_an_arm_it_cannot_hold_to_the_space(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from prompttune.engine.study import run_study
 from prompttune.evaluation.contract import FINALISTS, GENERATION, contract_line
 from prompttune.evaluation.prompt_sources import NamedPrompt
 from prompttune.evaluation.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
-from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
 from tests.support import CountingBackend, colours_task_file, model_calls, oracle_config, oracle_for
 
@@ -277,7 +277,7 @@ class OffersCalibratedTwin(IncumbentSearch):
 
 def test_the_driver_refuses_label_offsets_under_generate_for_any_optimizer(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(OPTIMIZERS, "offers-calibrated-twin", OffersCalibratedTwin)
+    monkeypatch.setitem(STRATEGIES, "offers-calibrated-twin", optimizer_entry(OffersCalibratedTwin, Reach(lists=True)))
     config = oracle_config(tmp_path, optimizer="offers-calibrated-twin", serve="generate")
     result = run_study(config, backend=generating_oracle(config))
     assert result.outcome.rejected == {"offsets": 1}

@@ -18,9 +18,9 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
-from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.cople import content_words
+from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.search_spaces.frozen import keep_frozen, missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
@@ -127,7 +127,7 @@ class DropsTheRule(IncumbentSearch):
 
 
 def test_a_candidate_that_drops_a_frozen_text_is_rejected_without_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(OPTIMIZERS, "drops-the-rule", DropsTheRule)
+    monkeypatch.setitem(STRATEGIES, "drops-the-rule", optimizer_entry(DropsTheRule, Reach(lists=True)))
     result, backend = frozen_run("drops-the-rule")
     optimizer = result.strategy.optimizer
     assert optimizer.decision.verdict == "reject" and optimizer.decision.n == 0

@@ -17,6 +17,7 @@ from prompttune.engine.export import load_winner
 from prompttune.engine.study import run_study
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.search_spaces.prompt import PromptSpec
 from tests.support import oracle_config, oracle_for, run_oracle
@@ -88,7 +89,7 @@ class _ThreeChallenges(IncumbentSearch):
 
 
 def test_a_sweep_cannot_run_more_challenges_than_it_declared(monkeypatch) -> None:
-    monkeypatch.setitem(OPTIMIZERS, "three-challenges", _ThreeChallenges)
+    monkeypatch.setitem(STRATEGIES, "three-challenges", optimizer_entry(_ThreeChallenges, Reach(lists=True)))
     with pytest.raises(RuntimeError, match="planned 2 challenges"):
         run_oracle("three-challenges", 3000, accuracy=lambda text: 0.6)
 

@@ -18,14 +18,12 @@ from prompttune.commands.common import (
     spend_json,
 )
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import DSPY_ARMS
+from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.plan import plan_run
 from prompttune.engine.results import RunResult
 from prompttune.engine.setup import point_latest
-from prompttune.engine.strategies import strategy_options
 from prompttune.engine.study import resume_study, run_study, with_resume_hint
 from prompttune.evaluation.contract import scored_by
-from prompttune.optimizers import OPTIMIZERS
 from prompttune.reports import reports_of
 
 
@@ -54,7 +52,7 @@ def _optimize(args: argparse.Namespace) -> int:
         return 0
     if args.help_options:
         print(f"options of {args.optimizer} (--option KEY=VALUE):")
-        print("\n".join(f"  {line}" for line in strategy_options(args.optimizer)))
+        print("\n".join(f"  {line}" for line in lookup(args.optimizer).options()))
         return 0
     config = run_config(args, optimizer=args.optimizer, optimizer_options=dict(parse_option(o) for o in args.option),
                         confirm_top=args.confirm_top, dev_alpha=args.dev_alpha, check_generation=args.check_generation,
@@ -80,7 +78,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     opt = commands.add_parser("optimize", help="search a prompt space under a budget, confirm on test")
     add_run_arguments(opt)
     opt.add_argument("--optimizer", default=RUN_DEFAULTS.optimizer, metavar="NAME",
-                     help=f"search strategy: {', '.join([*OPTIMIZERS, *DSPY_ARMS])} (the dspy-* arms need "
+                     help=f"search strategy: {', '.join(STRATEGIES)} (the dspy-* arms need "
                           "prompttune[dspy])")
     add_search_arguments(opt)
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

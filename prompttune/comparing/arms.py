@@ -16,12 +16,11 @@ from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import write_atomic
-from prompttune.dspy_bridge import DSPY_ARMS
+from prompttune.dspy_bridge import lookup
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
-from prompttune.optimizers import OPTIMIZERS, checked_optimizer
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
@@ -35,25 +34,11 @@ def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunC
     runs: dict[str, str] = {}
     for arm in arms:
         optimizer = optimizer_of(arm, options)
-        if optimizer in OPTIMIZERS:
-            checked_optimizer(optimizer, arm_options(arm, options))
-        if optimizer not in OPTIMIZERS and optimizer not in DSPY_ARMS:
-            raise UserError(f"unknown optimizer {optimizer!r}; choose from "
-                            f"{', '.join([*OPTIMIZERS, *DSPY_ARMS])}")
+        lookup(optimizer).check(arm_options(arm, options), config.budget, config.train_size, config.dev_size)
         same = runs.setdefault(f"{optimizer} {sorted(arm_options(arm, options).items())!r}", arm)
         if same != arm:
             raise UserError(f"arms {same} and {arm} run {optimizer} with the same options: give the variant "
                             f"other options (NAME=OPTIMIZER:KEY=VALUE)")
-    dspy = [arm for arm in arms if optimizer_of(arm, options) in DSPY_ARMS]
-    if dspy:
-        from prompttune.dspy_bridge import require_dspy
-
-        require_dspy(", ".join(dspy))
-        from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, Sizes
-
-        for arm in dspy:
-            DSPY_OPTIMIZERS[optimizer_of(arm, options)](config.budget, Sizes(config.train_size, config.dev_size),
-                                                        arm_options(arm, options))
 
 
 @dataclass

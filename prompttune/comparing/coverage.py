@@ -19,12 +19,14 @@ Two modes, one space (the `--space` file, else the task's default space) given t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from prompttune.comparing.fairness import Check
 from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.errors import UserError
+from prompttune.dspy_bridge import lookup
+from prompttune.optimizers.registry import CALIBRATION, DEMOS, INSTRUCTION, Reach
 from prompttune.search_spaces import Dimension, PromptSpec, SearchSpace
 
 if TYPE_CHECKING:
@@ -32,54 +34,11 @@ if TYPE_CHECKING:
 
 MODES = {"same-space": "optimizer comparison on one space", "native": "tool comparison, native spaces"}
 
-INSTRUCTION, DEMOS, CALIBRATION = "instruction", "demos", "calibration"
 ASPECT_FIELDS = {INSTRUCTION: frozenset({"instruction"}), DEMOS: frozenset({"demo_ids"}),
                  CALIBRATION: frozenset({"calibrate", "label_bias"})}
 WRITES = {INSTRUCTION: "writes its own instruction", DEMOS: "chooses its own demos",
           CALIBRATION: "calibrates its label scores"}
 SPEC_FIELDS = frozenset(f.name for f in fields(PromptSpec))
-
-
-LISTED, WRITTEN, BOOTSTRAPPED, CALIBRATED = ("listed values", "written by a model", "bootstrapped demos",
-                                             "calibration")
-
-
-@dataclass(frozen=True)
-class Reach:
-    """What an arm can change in a prompt.
-
-    `lists`: it picks among the listed values of every declared dimension. `writes`: aspects it
-    fills in itself (INSTRUCTION, DEMOS), declared by the space or not. `holds`: per written aspect,
-    the options that keep it at the baseline, for a same-space run on a space that does not declare it.
-    """
-
-    lists: bool = False
-    writes: tuple[str, ...] = ()
-    holds: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def sources(self, aspects: Sequence[str]) -> tuple[str, ...]:
-        """Where its candidates come from, when it may change `aspects` (the "candidates from" column)."""
-        return ((LISTED,) if self.lists else ()) + tuple(
-            {INSTRUCTION: WRITTEN, DEMOS: BOOTSTRAPPED, CALIBRATION: CALIBRATED}[a] for a in self.writes if a in aspects)
-
-
-REACH: dict[str, Reach] = {
-    "random": Reach(lists=True),
-    "sh": Reach(lists=True),
-    "spread": Reach(lists=True),
-    "mipro": Reach(lists=True, writes=(INSTRUCTION, DEMOS),
-                   holds={INSTRUCTION: {"instructions": 1}, DEMOS: {"demo_sets": 1}}),
-    "bfrs": Reach(writes=(DEMOS,)),
-    "reflect": Reach(lists=True, writes=(INSTRUCTION, CALIBRATION),  # demo swaps stay within a few-shot dimension
-                     holds={INSTRUCTION: {"write_instructions": False}, CALIBRATION: {"calibration": "off"}}),
-    "cople": Reach(writes=(INSTRUCTION,)),
-    "p2g": Reach(writes=(INSTRUCTION,)),
-    "dspy-mipro": Reach(writes=(INSTRUCTION, DEMOS), holds={DEMOS: {"max_demos": 0}}),
-    "dspy-bfrs": Reach(writes=(DEMOS,)),
-    "dspy-gepa": Reach(writes=(INSTRUCTION,)),
-    "dspy-copro": Reach(writes=(INSTRUCTION,)),
-    "dspy-simba": Reach(writes=(INSTRUCTION, DEMOS), holds={DEMOS: {"max_demos": 0}}),
-}
 
 
 def aspect_of(dim: Dimension) -> str | None:
@@ -121,7 +80,7 @@ def plan_coverage(arms: list[str], space: SearchSpace, mode: str,
     if mode == "native":
         return {arm: _coverage(arm, space, mode, options, None) for arm in arms}
     alone = {arm: _coverage(arm, space, mode, options, None) for arm in arms}
-    reach = {arm: {d.name for d in _searchable(REACH[optimizer_of(arm, options)], space)} for arm in arms}
+    reach = {arm: {d.name for d in _searchable(lookup(optimizer_of(arm, options)).reach, space)} for arm in arms}
     shared = [d.name for d in space.dimensions if all(d.name in names for names in reach.values())]
     if not shared:
         each = "; ".join(f"{arm}: {', '.join(c.searched)}" for arm, c in alone.items())
@@ -153,7 +112,7 @@ def touched_fields(space: SearchSpace, names: Sequence[str]) -> frozenset[str]:
 
 def _coverage(arm: str, space: SearchSpace, mode: str, options: Mapping[str, Mapping[str, Any]],
               shared: list[str] | None) -> Coverage:
-    reach, given = REACH[optimizer_of(arm, options)], arm_options(arm, options)
+    reach, given = lookup(optimizer_of(arm, options)).reach, arm_options(arm, options)
     dims = [d for d in _searchable(reach, space) if shared is None or d.name in shared]
     declared = {aspect_of(d) for d in dims} - {None}
     # An aspect the space does not declare and the arm's own options hold at the baseline (a variant such as

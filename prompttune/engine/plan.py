@@ -19,17 +19,15 @@ from prompttune.comparing.arms import arm_config
 from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import Cap, caps_of
 from prompttune.core.config import RunConfig
-from prompttune.dspy_bridge import DSPY_ARMS
+from prompttune.dspy_bridge import lookup
 from prompttune.engine.comparison import check_compare
 from prompttune.engine.setup import load_run_task, load_space, run_contract, search_budget
-from prompttune.engine.strategies import dspy_arm
 from prompttune.engine.study import checked_search
 from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.optimizers import OPTIMIZERS, SearchContext
-from prompttune.optimizers.base import validate_options
+from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import caps_text
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.tasks.base import Task
@@ -77,14 +75,7 @@ def probe(config: RunConfig, task: Task, context: SearchContext, examples: int =
 def strategy_line(config: RunConfig, context: SearchContext) -> str | None:
     """What the strategy fixes before it searches, where it does: its rounds (sh), or a DSPy arm's
     settings sized to the cap."""
-    if config.optimizer in DSPY_ARMS:
-        return f"DSPy settings: {dspy_arm(config, context).description}"
-    optimizer = OPTIMIZERS.get(config.optimizer)
-    if optimizer is None or not hasattr(optimizer, "plan"):
-        return None
-    schedule = optimizer.plan(context, validate_options(optimizer.name, optimizer.Options, context.options))
-    return (f"schedule (candidates × dev examples per round): {' → '.join(f'{k}×{n}' for k, n in schedule)} = "
-            f"{sum(k * n for k, n in schedule)} calls")
+    return lookup(config.optimizer).describe(config, context)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ trial in flight, test the best so far, write the report marked interrupted".
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import math
 import time
@@ -41,7 +40,7 @@ from prompttune.core.interrupt import (
 from prompttune.core.provenance import record_code
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
 from prompttune.core.types import Example
-from prompttune.dspy_bridge import DSPY_ARMS
+from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.results import Resumption, RunResult
 from prompttune.engine.setup import (
     RUN_DIR,
@@ -56,7 +55,6 @@ from prompttune.engine.setup import (
     run_contract,
     search_context,
 )
-from prompttune.engine.strategies import Setting, Strategy, plan_strategy
 from prompttune.engine.verdicts import final_look, new_look, next_look_alpha, record_look, recorded_looks, served_verdicts
 from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
@@ -69,6 +67,7 @@ from prompttune.evaluation.serving import check_generation, rescore_finalists, s
 from prompttune.objectives import Objective, get_objective
 from prompttune.optimizers.base import SearchContext
 from prompttune.optimizers.proposer import Proposer
+from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
@@ -125,7 +124,7 @@ def checked_search(config: RunConfig, task: Task, space: SearchSpace, objective:
     require_dev_budget(config, task)
     visible = task.without_test()
     context = search_context(config, visible, space, objective)
-    build_strategy = plan_strategy(config, context)
+    build_strategy = lookup(config.optimizer).build(config, context)
     check_proposer_backend(config)
     return visible, context, build_strategy
 
@@ -140,8 +139,8 @@ def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] 
                  "backend description": backend.describe()} if passed else
                 {"prompttune": __version__, "model": config.model, "dtype": config.dtype, "backend": config.backend,
                  "backend description": backend.describe()})
-    if any(name in DSPY_ARMS for name in (config.optimizer, *optimizers)):
-        versions["dspy"] = importlib.metadata.version("dspy")
+    for name in (config.optimizer, *optimizers):
+        versions.update(STRATEGIES[name].versions() if name in STRATEGIES else {})
     return versions
 
 

@@ -1,7 +1,6 @@
 """Optimizers: one file per strategy behind the ask/tell base class."""
 
-from prompttune.core.errors import UserError
-from prompttune.optimizers.base import Optimizer, SearchContext, TrialRequest, run_search, validate_options
+from prompttune.optimizers.base import Optimizer, SearchContext, TrialRequest, run_search
 from prompttune.optimizers.bfrs import BootstrapFewShotRandomSearch
 from prompttune.optimizers.cople import CoordinateWordSearch
 from prompttune.optimizers.mipro import Mipro
@@ -17,19 +16,4 @@ OPTIMIZERS: dict[str, type[Optimizer]] = {
 }
 
 
-def get_optimizer(name: str) -> type[Optimizer]:
-    try:
-        return OPTIMIZERS[name]
-    except KeyError:
-        raise UserError(f"unknown optimizer {name!r}; choose from {', '.join(OPTIMIZERS)}") from None
-
-
-def checked_optimizer(name: str, options: dict) -> type[Optimizer]:
-    """The optimizer class, after its options were validated: bad input fails before any cost."""
-    optimizer = get_optimizer(name)
-    validate_options(name, optimizer.Options, options)
-    return optimizer
-
-
-__all__ = ["OPTIMIZERS", "Optimizer", "SearchContext", "TrialRequest", "checked_optimizer", "get_optimizer",
-           "run_search"]
+__all__ = ["OPTIMIZERS", "Optimizer", "SearchContext", "TrialRequest", "run_search"]

@@ -11,11 +11,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prompttune.comparing.arms import DSPY_ARMS, ArmRun
+from prompttune.comparing.arms import ArmRun
 from prompttune.comparing.coverage import MODES, Coverage
 from prompttune.comparing.fairness import Cap, Spend, fingerprint
 from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, ArmSummary, Scores, SeedPair, p_text
 from prompttune.comparing.variants import optimizer_of
+from prompttune.dspy_bridge import lookup
 from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name, reports_of
@@ -135,7 +136,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _dspy_section(comparison: "Comparison") -> list[str]:
-    runs = [r for r in comparison.runs if optimizer_of(r.arm, comparison.options) in DSPY_ARMS]
+    runs = [r for r in comparison.runs if lookup(optimizer_of(r.arm, comparison.options)).is_dspy]
     if not runs:
         return []
     lines = ["## How the DSPy arms ran", "",
