@@ -135,10 +135,9 @@ def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] 
     was served, and DSPy's release when a DSPy optimizer searched (the run's, or one of `optimizers`: a
     comparison's arms). A Backend object `passed` to the API is named by its own model and class: the
     config's model, dtype and backend are then defaults nothing ran."""
-    versions = ({"prompttune": __version__, "model": backend.model_id, PASSED_BACKEND: type(backend).__name__,
-                 "backend description": backend.describe()} if passed else
-                {"prompttune": __version__, "model": config.model, "dtype": config.dtype, "backend": config.backend,
-                 "backend description": backend.describe()})
+    served = ({"model": backend.model_id, PASSED_BACKEND: type(backend).__name__} if passed else
+              {"model": config.model, "dtype": config.dtype, "backend": config.backend})
+    versions = {"prompttune": __version__, **served, "backend description": backend.describe()}
     for name in (config.optimizer, *optimizers):
         versions.update(STRATEGIES[name].versions() if name in STRATEGIES else {})
     return versions
