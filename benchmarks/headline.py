@@ -4,12 +4,14 @@ A new run refuses a dirty checkout (unless --allow-dirty, recorded) and a cache 
 runs `compare` with the protocol's arguments (`PROTOCOL`, the one table this script takes them from) and writes
 `headline.json` in the comparison's run directory: commit, dirty, cache empty at start, date, machine, command.
 `--resume DIR` finishes an interrupted run at the same commit and logs the resume with its time; `--report DIR`
-writes docs/results/headline_<task>.md from the arms finished so far (a partial run is reported as partial).
+writes docs/results/headline_<task>.md from the arms finished so far (a partial run is reported as partial);
+`--combine DIR...` judges the protocol's one family (every task's claims, Benjamini–Hochberg together).
 Why a script: the headline must be one invocation at one clean commit from an empty cache, and say so itself.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data OMP_NUM_THREADS=1 python benchmarks/headline.py TASK [--jobs 2]
      python benchmarks/headline.py TASK --resume RUN_DIR [--jobs 2]
      python benchmarks/headline.py TASK --report RUN_DIR
+     python benchmarks/headline.py --combine AGNEWS_DIR SST2_DIR TREC_DIR   # BH across every task's claims
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from prompttune.core.errors import UserError
 REPO = Path(__file__).resolve().parents[1]
 RECORD = "headline.json"
 SEEDS = 5
+ALPHA = 0.05  # the protocol's q for Benjamini–Hochberg across the claims
 
 
 @dataclass(frozen=True)
@@ -88,12 +91,13 @@ def _headline(task: str) -> Headline:
     return PROTOCOL[task]
 
 
-def _read_record(run_dir: Path, task: str) -> dict[str, Any]:
+def _read_record(run_dir: Path, task: str | None = None) -> dict[str, Any]:
+    """The run's provenance; `task`, when given, must be the one it ran."""
     path = run_dir / RECORD
     if not path.is_file():
         raise UserError(f"{run_dir} holds no {RECORD}: not a run this script started")
     record = json.loads(path.read_text(encoding="utf-8"))
-    if record["task"] != task:
+    if task is not None and record["task"] != task:
         raise UserError(f"{run_dir} is the {record['task']} headline, not {task}'s")
     return record
 
@@ -151,19 +155,56 @@ def _diffs(runs: list[ArmRun], pair: tuple[str, str]) -> list[float]:
     return [first[seed] - second[seed] for seed in sorted(set(first) & set(second))]
 
 
+def _claims(task: str, headline: Headline, runs: list[ArmRun]) -> list[Claim]:
+    """The task's pre-registered pair: primary (difference > 0), then secondary (> the margin); not yet judged."""
+    first, second = headline.claim
+    diffs = _diffs(runs, headline.claim)
+    return [Claim(task, first, second, 0.0, diffs), Claim(task, first, second, headline.margin, diffs)]
+
+
+def _claim_table(claims: list[Claim]) -> list[str]:
+    """Judged claims as a markdown table; primary and secondary alternate, as `_claims` lists them."""
+    lines = ["| claim | seeds | mean difference | 95% CI | p | BH p | holds |",
+             "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
+    for claim in claims:
+        kind = "primary" if claim.margin == 0 else "secondary"
+        diffs = claim.diffs
+        p = "untested (no spread)" if claim.p is None else p_text(claim.p)
+        p_bh = "–" if claim.p_bh is None else p_text(claim.p_bh)
+        holds = "yes" if claim.p_bh is not None and claim.p_bh < ALPHA else "no"
+        lines.append(f"| {kind}: {claim.name} | {len(diffs)} | {mean(diffs) if diffs else float('nan'):+.3f} | "
+                     f"{_interval(diffs, (-1.0, 1.0))} | {p} | {p_bh} | {holds} |")
+    return lines
+
+
+def _arm_runs(run_dir: Path) -> list[ArmRun]:
+    return [load_arm_run(path.parent) for path in sorted(run_dir.glob(f"arms/*/{ARM_FILE}"))]
+
+
+def _missing(headline: Headline, run_dir: Path, runs: list[ArmRun]) -> list[str]:
+    """Why the run is not yet the headline: arm-seeds missing, too few seeds, no summary (empty: complete)."""
+    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    seeds = list(config["seeds"])
+    missing = [f"{arm} seed {seed}" for arm in config["optimizers"] for seed in seeds
+               if seed not in _per_seed(runs, arm)]
+    if len(seeds) < headline.seeds:
+        missing.append(f"{headline.seeds - len(seeds)} seeds never planned")
+    if not (run_dir / "summary.json").is_file():
+        missing.append("the comparison's summary.json")
+    return missing
+
+
 def report_text(task: str, run_dir: Path) -> str:
     """The headline report of a finished or partial run: provenance, per-arm table, claims, ablation."""
     headline, record = _headline(task), _read_record(run_dir, task)
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     arms, seeds = list(config["optimizers"]), list(config["seeds"])
-    runs = [load_arm_run(path.parent) for path in sorted(run_dir.glob(f"arms/*/{ARM_FILE}"))]
-    missing = [f"{arm} seed {seed}" for arm in arms for seed in seeds if seed not in _per_seed(runs, arm)]
-    partial = bool(missing) or len(seeds) < headline.seeds or not (run_dir / "summary.json").is_file()
-    lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", ""]
-    if partial:
-        lines += [f"**Partial**: not the headline ({len(missing)} arm-seeds missing"
-                  f"{': ' + ', '.join(missing) if missing else ''}; the comparison has "
-                  f"{'a' if (run_dir / 'summary.json').is_file() else 'no'} summary.json).", ""]
+    runs = _arm_runs(run_dir)
+    if missing := _missing(headline, run_dir, runs):
+        lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", "",
+                 f"**Partial**: not the headline (missing: {', '.join(missing)}).", ""]
+    else:
+        lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", ""]
     resumes = "; ".join(r["at"] + (" (dirty checkout)" if r["dirty"] else "") for r in record["resumes"]) or "none"
     lines += ["## Provenance", "", f"- command: `{record['command']}`", f"- commit: {record['commit']}",
               f"- dirty: {str(record['dirty']).lower()}" + (" (--allow-dirty)" if record["allow_dirty"] else ""),
@@ -183,21 +224,11 @@ def report_text(task: str, run_dir: Path) -> str:
         cells = " | ".join(f"{scores[s]:.3f}" if s in scores else "–" for s in seeds)
         lines.append(f"| {arm} | {len(values)} | {mean(values):.3f} | {_interval(values, (0.0, 1.0))} | {cells} |"
                      if values else f"| {arm} | 0 | – | – | {cells} |")
-    first, second = headline.claim
-    claims = judge_claims([Claim(task, first, second, 0.0, _diffs(runs, headline.claim)),
-                           Claim(task, first, second, headline.margin, _diffs(runs, headline.claim))])
     lines += ["", "## Claims", "",
-              "One-sided paired t over seeds, Benjamini–Hochberg across this task's claims (the protocol's family is "
-              "all six claims of the three tasks).", "",
-              "| claim | seeds | mean difference | 95% CI | p | BH p | holds |",
-              "| --- | ---: | ---: | --- | ---: | ---: | --- |"]
-    for kind, claim in zip(("primary", "secondary"), claims):
-        diffs = claim.diffs
-        p = "untested (no spread)" if claim.p is None else p_text(claim.p)
-        p_bh = "–" if claim.p_bh is None else p_text(claim.p_bh)
-        holds = "yes" if claim.p_bh is not None and claim.p_bh < 0.05 else "no"
-        lines.append(f"| {kind}: {claim.name} | {len(diffs)} | {mean(diffs) if diffs else float('nan'):+.3f} | "
-                     f"{_interval(diffs, (-1.0, 1.0))} | {p} | {p_bh} | {holds} |")
+              "One-sided paired t over seeds, Benjamini–Hochberg across this task's two claims only: the protocol's "
+              "family is all six claims of the three tasks, judged together in [headline_claims.md]"
+              "(headline_claims.md) (`--combine`).", "",
+              *_claim_table(judge_claims(_claims(task, headline, runs)))]
     ablation = _diffs(runs, headline.ablation)
     lines += ["", f"## Ablation: {headline.ablation[0]} − {headline.ablation[1]} (descriptive)", ""]
     lines.append(f"Mean difference {mean(ablation):+.3f}, 95% CI {_interval(ablation, (-1.0, 1.0))}, per seed "
@@ -220,16 +251,62 @@ def report(task: str, run_dir: Path) -> Path:
     return out
 
 
+def combine_text(run_dirs: list[Path]) -> str:
+    """The protocol's one family: every task's primary and secondary claims, Benjamini–Hochberg-adjusted together.
+    Fewer tasks than the protocol's, or a partial task, make the family partial, and the page says so."""
+    tasks: dict[str, tuple[Path, dict[str, Any], list[ArmRun]]] = {}
+    for run_dir in run_dirs:
+        record = _read_record(run_dir)
+        if record["task"] in tasks:
+            raise UserError(f"{record['task']} is given twice ({tasks[record['task']][0]} and {run_dir}): one run "
+                            "per task")
+        _headline(record["task"])
+        tasks[record["task"]] = (run_dir, record, _arm_runs(run_dir))
+    gaps = [f"{task}: no run given" for task in PROTOCOL if task not in tasks]
+    gaps += [f"{task}: {', '.join(missing)}" for task, (run_dir, _, runs) in tasks.items()
+             if (missing := _missing(_headline(task), run_dir, runs))]
+    claims = judge_claims([claim for task, (_, _, runs) in tasks.items()
+                           for claim in _claims(task, _headline(task), runs)])
+    lines = ["# Headline claims: every task together", "", "[← protocol](headline_protocol.md)", ""]
+    if gaps:
+        lines += [f"**Partial family**: not the headline ({'; '.join(gaps)}). Benjamini–Hochberg below runs over "
+                  "the claims present only.", ""]
+    commits = {record["commit"] for _, record, _ in tasks.values()}
+    lines += ["| task | run directory | commit | dirty | cache empty at start |", "| --- | --- | --- | --- | --- |",
+              *(f"| {task} | `{run_dir}` | {record['commit'][:12]} | {str(record['dirty']).lower()} | "
+                f"{str(record['cache_empty_at_start']).lower()} |" for task, (run_dir, record, _) in tasks.items()),
+              "", "One commit for every task." if len(commits) == 1
+              else f"**{len(commits)} commits**: the tasks ran at different commits.", "",
+              f"One-sided paired t over seeds per claim; Benjamini–Hochberg across these {len(claims)} claims, q = "
+              f"{ALPHA}. A claim holds when its BH p is below {ALPHA}.", "", *_claim_table(claims)]
+    return "\n".join(lines) + "\n"
+
+
+def combine(run_dirs: list[Path]) -> Path:
+    """docs/results/headline_claims.md from the tasks' run directories."""
+    out = REPO / "docs" / "results" / "headline_claims.md"
+    out.write_text(combine_text(run_dirs), encoding="utf-8")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("task", help=f"one of {', '.join(PROTOCOL)}")
+    parser.add_argument("task", nargs="?", help=f"one of {', '.join(PROTOCOL)}")
     what = parser.add_mutually_exclusive_group()
+    what.add_argument("--combine", nargs="+", metavar="RUN_DIR",
+                      help="judge every task's claims together (BH over the family): docs/results/headline_claims.md")
     what.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted headline run at its commit")
     what.add_argument("--report", metavar="RUN_DIR", help="write docs/results/headline_<task>.md from the run")
     parser.add_argument("--jobs", type=int, default=2, help="arm-seeds at once (the protocol's 2)")
     parser.add_argument("--allow-dirty", action="store_true", help="start on a dirty checkout (recorded)")
     args = parser.parse_args(argv)
+    if (args.task is None) != bool(args.combine):
+        print("error: give a task, or --combine with the tasks' run directories (and no task)", file=sys.stderr)
+        return 2
     try:
+        if args.combine:
+            print(combine([Path(d) for d in args.combine]))
+            return 0
         if args.report:
             print(report(args.task, Path(args.report)))
             return 0

@@ -73,7 +73,7 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     unfinished.unlink()
     assert headline.main(["colours", "--report", str(run_dir)]) == 0
     partial = (repo / "docs" / "results" / "headline_colours.md").read_text()
-    assert "**Partial**: not the headline (1 arm-seeds missing: random seed 1" in partial
+    assert "**Partial**: not the headline (missing: random seed 1, the comparison's summary.json)" in partial
     for written in (repo / "docs" / "results").glob("headline_colours.*"):
         written.unlink()  # an uncommitted report would make the resume's checkout dirty
     assert headline.main(["colours", "--resume", str(run_dir), "--jobs", "1"]) == 0
@@ -104,3 +104,26 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
 
     _git(repo, "commit", "-qm", "later", "--allow-empty")
     assert "resume at the same commit" in _one_line_refusal(["colours", "--resume", str(run_dir)], capsys)
+
+
+def test_combine_judges_every_task_s_claims_together(repo: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """--combine: one BH family over the tasks' claims; a task missing from the family makes it partial."""
+    assert headline.main(["colours", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    [run_dir] = (tmp_path / "runs").glob("*-compare")
+    for path in run_dir.glob("arms/*/arm.json"):  # spread between the claim's arms, so the claims are tested
+        arm = json.loads(path.read_text())
+        if arm["arm"] == "random":
+            arm["confirmation"]["best_accuracy"] -= 0.3 + 0.1 * arm["seed"]
+            path.write_text(json.dumps(arm))
+    alone = headline.combine_text([run_dir])
+    assert "Partial family" not in alone and "One commit for every task." in alone
+    assert "Benjamini–Hochberg across these 2 claims" in alone
+    assert len([line for line in alone.splitlines() if line.endswith("| yes |")]) == 2
+
+    monkeypatch.setattr(headline, "PROTOCOL", {**headline.PROTOCOL, "other": headline.PROTOCOL["colours"]})
+    assert "**Partial family**: not the headline (other: no run given)" in headline.combine_text([run_dir])
+    assert "given twice" in _one_line_refusal(["--combine", str(run_dir), str(run_dir)], capsys)
+    assert "give a task, or --combine" in _one_line_refusal(["colours", "--combine", str(run_dir)], capsys)
+    assert headline.main(["--combine", str(run_dir)]) == 0
+    assert (repo / "docs" / "results" / "headline_claims.md").read_text() == headline.combine_text([run_dir])
