@@ -34,3 +34,42 @@ def test_no_page_prints_a_cmh_p_as_below_1e_300() -> None:
     now (chi2.sf), so no page may keep that bound."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     assert not [page.name for page in pages if "< 1e-300" in page.read_text()]
+
+
+def _readme_results() -> str:
+    text = (REPO / "README.md").read_text()
+    return text.split("\n## Results\n", 1)[1].split("\n## ", 1)[0]
+
+
+def _headline_reports() -> list[Path]:
+    return sorted(p for p in (REPO / "docs" / "results").glob("headline_*.md") if p.name != "headline_protocol.md")
+
+
+def test_readme_results_rows_name_command_commit_and_date() -> None:
+    rows = [line for line in _readme_results().splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows, "README's Results holds no measured row"
+    for row in rows:
+        assert re.search(r"`[^`]+`", row) and re.search(r"\b[0-9a-f]{7,40}\b", row) and re.search(
+            r"\b20\d\d-\d\d-\d\d\b", row), row
+
+
+def test_readme_headline_figures_come_from_the_headline_reports() -> None:
+    """Every figure README's Results shows beside a headline report's link is in that report; without a report,
+    README says the headline has not run."""
+    results, reports = _readme_results(), _headline_reports()
+    if not reports:
+        assert "has not been run yet" in results
+        return
+    for report in reports:
+        assert f"docs/results/{report.name}" in results, f"README's Results does not show {report.name}"
+    for line in results.splitlines():
+        for name in re.findall(r"docs/results/(headline_\w+\.md)", line):
+            figures = set(re.findall(r"[+−-]?\d+\.\d+", (REPO / "docs" / "results" / name).read_text()))
+            shown = [f for f in re.findall(r"[+−-]?\d+\.\d+", line) if f not in figures]
+            assert not shown, f"{name} does not hold README's {shown}"
+
+
+def test_readme_and_headline_reports_make_no_unmeasured_claims() -> None:
+    for page in [REPO / "README.md", *_headline_reports()]:
+        text = page.read_text().lower()
+        assert not [w for w in ("leads", "bars met", "every seed", "p = 0 ") if w in text], page.name
