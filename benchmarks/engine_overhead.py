@@ -8,24 +8,23 @@ accuracies and writes scripted instructions), wrapped so every backend call is l
 (a) Instant backend: engine calls/s, the search ledger's calls over the CPU seconds this process spent
     outside the backend (CPU, not wall: the cores may be shared), and with the oracle's own seconds;
     then the top of a cProfile profile of a second, profiled run.
-(b) A latency model of the H200 runs of issue 42 (transformers backend, `--dtype auto` = bf16 there),
-    on a virtual clock: each backend call adds `per_call + per_row x rows scored + per_token x tokens
-    generated` modelled seconds (nothing sleeps, so the figure is exact and the run takes seconds), plus
-    the engine's own CPU seconds on this machine. `per_row` is the issue's bf16 0-demo scoring rate with
-    prefix reuse (1,067 prompts/s at batch 128; the default agnews space has no demos); `per_token` its
-    bf16 greedy generation rate (14-29 prompts/s at batch 128 for 16 tokens: the midpoint, 21.5);
-    `per_call` is fitted (`--fit`, on reflect's run) so that af01368's engine reaches 23,504 calls after
-    294 s, the 40k job measured on the H200 (80 calls/s): at af01368 the model reproduces that figure by
-    construction (docs/results/engine_overhead.md says what checks it out of sample). A generation is
-    charged its `max_new_tokens` (an upper bound: the oracle's texts are short). Printed: the constants,
-    the modelled calls/s up to 23,504 calls, the projected wall time of the whole 40k job (search and
-    verdict, model load excluded), its mean rows per backend call and its split into scoring /
-    generation / engine seconds.
+(b) A latency model of the H200 check at a7de703 (docs/results/gpu_2026-12-04.md: transformers backend, fp32 as
+    `--dtype auto` picks on CUDA, the real embedded weights), on a virtual clock: a scoring call adds
+    `per_call + per_row x rows`, a generating call `per_generation` per call ("free" batching: a launch-bound
+    decode costs about the same at batch 1 and batch 8) or per row ("linear": no gain from batching) — batched
+    generation was not measured on the H200, so both bounds are printed. Nothing sleeps, so the figures are
+    exact and a 40k job takes seconds; the engine's own CPU seconds on this machine are added. `per_row` is
+    the check's fp32 0-demo scoring rate with prefix reuse (1,577.8 prompts/s at batch 128); `per_call` is
+    fitted so that the 40k job's 168 scoring calls over 26,258 rows take its measured 40.1 s; `per_generation`
+    is its 156.0 s over 171 one-prompt generating calls. The out-of-sample check is `make optimize`'s job
+    (budget 2,000; measured 4.8 s scoring, 11.4 s generating in 47 backend calls), run here too. Printed: the
+    constants, the check, the projected wall time of the whole 40k job (search and verdict, model load
+    excluded) under each bound, its mean rows per backend call and its split into scoring / generation / engine.
 
 Model-free and deterministic but for the engine's seconds, which depend on the CPU.
 
 PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/engine_overhead.py [--optimizers reflect,sh]
-    [--budget 40000] [--fit] [--profile 15]
+    [--budget 40000] [--profile 15]
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Literal, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -51,35 +50,38 @@ from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest,
 from prompttune.engine.results import RunResult  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
 
-# The H200 figures of issue 42 (commit af01368, bf16 as `--dtype auto` picks on CUDA).
-H200_SCORE_RATE = 1067.0  # 0-demo label scoring with prefix reuse, prompts/s at batch 128
-H200_GENERATE_RATE = (14.0 + 29.0) / 2  # 16-token greedy generation, prompts/s at batch 128
-H200_40K_CALLS, H200_40K_SECONDS = 23_504, 294.0  # the 40k main job when it was stopped
-# Fitted with --fit on af01368's engine (this file's first commit): the fixed seconds of one backend call.
-FITTED_PER_CALL = 0.383
+# The H200 check at a7de703 (docs/results/gpu_2026-12-04.md), fp32 as `--dtype auto` picks on CUDA.
+H200_SCORE_RATE = 1577.8  # 0-demo label scoring with prefix reuse, prompts/s at batch 128
+H200_SCORING = (40.1, 168, 26_258)  # the 40k job when cut: scoring seconds, scoring calls, rows scored
+H200_GENERATION = (156.0, 171)  # and its generating seconds over its generating calls (one prompt each)
+H200_2000 = {"scoring": 4.8, "generation": 11.4, "engine": 0.7, "calls": 47}  # make optimize's job, measured
+SCORE_PER_ROW = 1.0 / H200_SCORE_RATE
+SCORE_PER_CALL = (H200_SCORING[0] - H200_SCORING[2] * SCORE_PER_ROW) / H200_SCORING[1]
+GENERATION_PER_CALL = H200_GENERATION[0] / H200_GENERATION[1]
 
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """Seconds one backend call takes on the modelled device."""
+    """Seconds one backend call takes on the modelled device; `batched_generation` says how a generating call of
+    several prompts is charged (unmeasured on the H200: "free" and "linear" bound it)."""
 
-    per_call: float
-    per_row: float = 1.0 / H200_SCORE_RATE
-    per_token: float = 1.0 / (16 * H200_GENERATE_RATE)
+    batched_generation: Literal["free", "linear"]
+    per_call: float = SCORE_PER_CALL
+    per_row: float = SCORE_PER_ROW
+    per_generation: float = GENERATION_PER_CALL
 
-    def seconds(self, rows: int, tokens: int) -> float:
-        return self.per_call + self.per_row * rows + self.per_token * tokens
+    def seconds(self, kind: str, rows: int) -> float:
+        if kind == "generate":
+            return self.per_generation * (1 if self.batched_generation == "free" else rows)
+        return self.per_call + self.per_row * rows
 
 
 @dataclass
 class Call:
-    """One backend call: what it held, and when (rows computed so far, engine seconds so far)."""
+    """One backend call: what it held."""
 
     kind: str
     rows: int
-    tokens: int
-    rows_before: int
-    engine_before: float
 
 
 @dataclass
@@ -96,13 +98,12 @@ class CallLog(WrappedBackend):
     def __post_init__(self) -> None:
         self.model_id = self.inner.model_id
 
-    def _log(self, kind: str, requests: Sequence[Request], tokens: int) -> None:
-        engine = time.process_time() - self.started - self.inside
-        self.calls.append(Call(kind, len(requests), tokens, self.rows, engine))
+    def _log(self, kind: str, requests: Sequence[Request]) -> None:
+        self.calls.append(Call(kind, len(requests)))
         self.rows += len(requests)
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        self._log("score", requests, 0)
+        self._log("score", requests)
         start = time.process_time()
         try:
             return self.inner.score(requests)
@@ -110,7 +111,7 @@ class CallLog(WrappedBackend):
             self.inside += time.process_time() - start
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        self._log("generate", requests, sum(r.max_new_tokens for r in requests))
+        self._log("generate", requests)
         start = time.process_time()
         try:
             return self.inner.generate(requests)
@@ -159,31 +160,38 @@ def run(optimizer: str, budget: int, profile: cProfile.Profile | None = None) ->
     return backend, time.perf_counter() - wall, result
 
 
-def modelled(log: CallLog, model: LatencyModel, until_rows: int | None = None) -> dict[str, float]:
-    """Scoring, generation and engine seconds of the calls made before `until_rows` rows were computed
-    (all calls: the whole run), and the calls and rows counted."""
-    calls = [c for c in log.calls if until_rows is None or c.rows_before < until_rows]
-    scoring = sum(model.seconds(c.rows, 0) for c in calls if c.kind == "score")
-    generation = sum(model.seconds(c.rows, c.tokens) - model.per_row * c.rows for c in calls if c.kind == "generate")
-    engine = calls[-1].engine_before if until_rows is not None else log.engine
-    return {"scoring": scoring, "generation": generation, "engine": engine, "calls": len(calls),
-            "rows": sum(c.rows for c in calls), "generate_calls": sum(c.kind == "generate" for c in calls)}
+def modelled(log: CallLog, model: LatencyModel) -> dict[str, float]:
+    """Scoring, generation and engine seconds of the whole run, and the calls and rows counted."""
+    return {"scoring": sum(model.seconds(c.kind, c.rows) for c in log.calls if c.kind == "score"),
+            "generation": sum(model.seconds(c.kind, c.rows) for c in log.calls if c.kind == "generate"),
+            "engine": log.engine, "calls": len(log.calls), "rows": sum(c.rows for c in log.calls),
+            "generate_calls": sum(c.kind == "generate" for c in log.calls),
+            "generated_rows": sum(c.rows for c in log.calls if c.kind == "generate")}
 
 
-def fit_per_call(log: CallLog) -> float:
-    """The fixed seconds per backend call that put 23,504 calls at 294 s on this engine."""
-    base = modelled(log, LatencyModel(0.0), H200_40K_CALLS)
-    return (H200_40K_SECONDS - base["scoring"] - base["generation"] - base["engine"]) / base["calls"]
+def projection(log: CallLog, model: LatencyModel) -> str:
+    whole = modelled(log, model)
+    total = whole["scoring"] + whole["generation"] + whole["engine"]
+    return (f"{total:.0f} s ({model.batched_generation} batched generation): scoring {whole['scoring']:.0f} s, "
+            f"generation {whole['generation']:.0f} s, engine {whole['engine']:.0f} s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--optimizers", default="reflect,sh")
     parser.add_argument("--budget", type=int, default=40000)
-    parser.add_argument("--fit", action="store_true", help="fit the per-call seconds on reflect's run (af01368)")
     parser.add_argument("--profile", type=int, default=15, help="profile lines to print per optimizer (0: none)")
     args = parser.parse_args()
-    per_call = FITTED_PER_CALL
+    bounds = [LatencyModel("free"), LatencyModel("linear")]
+    print(f"(b) latency model: {SCORE_PER_CALL * 1e3:.1f} ms per scoring call + {SCORE_PER_ROW * 1e3:.3f} ms per "
+          f"scored row; {GENERATION_PER_CALL * 1e3:.0f} ms per generating call (free) or per generated prompt "
+          f"(linear)")
+    check, _, _ = run("reflect", 2000)
+    measured = H200_2000
+    print(f"    out-of-sample check, reflect at budget 2000 (make optimize's job): {len(check.calls)} backend calls; "
+          + "; ".join(projection(check, model) for model in bounds)
+          + f" — measured on the H200: {measured['calls']} calls, scoring {measured['scoring']} s, generation "
+          f"{measured['generation']} s, engine {measured['engine']} s")
     for optimizer in args.optimizers.split(","):
         log, wall, result = run(optimizer, args.budget)
         calls = result.search_ledger.calls
@@ -200,23 +208,11 @@ def main() -> None:
             out = io.StringIO()
             pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.profile)
             print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
-        if args.fit and optimizer == "reflect":
-            per_call = fit_per_call(log)
-            print(f"fitted per-call seconds: {per_call:.4f}")
-        model = LatencyModel(per_call)
-        print(f"(b) latency model: {model.per_call * 1e3:.1f} ms per backend call + {model.per_row * 1e3:.3f} ms per "
-              f"scored row + {model.per_token * 1e3:.3f} ms per generated token")
-        if optimizer == "reflect":
-            head = modelled(log, model, H200_40K_CALLS)
-            seconds = head["scoring"] + head["generation"] + head["engine"]
-            print(f"    up to {H200_40K_CALLS:,} calls: {seconds:.0f} s modelled, {head['rows'] / seconds:.0f} calls/s "
-                  f"(H200 at af01368: {H200_40K_SECONDS:.0f} s, {H200_40K_CALLS / H200_40K_SECONDS:.0f} calls/s)")
-        whole = modelled(log, model)
-        total = whole["scoring"] + whole["generation"] + whole["engine"]
-        print(f"    projected on one H200: {total:.0f} s for the whole job (search and verdict, model load "
-              f"excluded); {whole['rows'] / whole['calls']:.1f} rows per backend call ({whole['calls']} calls, "
-              f"{whole['generate_calls']} of them generating); scoring {whole['scoring']:.0f} s, generation "
-              f"{whole['generation']:.0f} s, engine {whole['engine']:.0f} s")
+        whole = modelled(log, bounds[0])
+        print("(b) projected on one H200, the whole job (search and verdict, model load excluded): "
+              + "; ".join(projection(log, model) for model in bounds))
+        print(f"    {whole['rows'] / whole['calls']:.1f} rows per backend call ({whole['calls']} calls, "
+              f"{whole['generate_calls']} of them generating {whole['generated_rows']} prompts)")
 
 
 if __name__ == "__main__":
