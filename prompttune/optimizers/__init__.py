@@ -1,8 +1,9 @@
 """Optimizers: one file per strategy behind the ask/tell base class."""
 
-from prompttune.optimizers.base import Optimizer, SearchContext, TrialRequest, run_search
 from prompttune.optimizers.bfrs import BootstrapFewShotRandomSearch
+from prompttune.optimizers.contract import Optimizer, SearchContext, TrialRequest
 from prompttune.optimizers.cople import CoordinateWordSearch
+from prompttune.optimizers.driver import run_search
 from prompttune.optimizers.mipro import Mipro
 from prompttune.optimizers.p2g import SplitErrorCritique
 from prompttune.optimizers.random_search import RandomSearch

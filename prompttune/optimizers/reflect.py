@@ -79,7 +79,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record, input_words
 from prompttune.evaluation.prediction import label_bias
-from prompttune.optimizers.base import (
+from prompttune.optimizers.contract import (
     Optimizer,
     OptimizerOptions,
     SearchContext,
@@ -282,7 +282,7 @@ class ReflectiveRace(Optimizer):
         yield from self._final()
 
     def _spent(self) -> int:
-        left = self.remaining_budget()
+        left = self.context.remaining()
         return self.context.budget - left if left is not None else 0
 
     def _final_reserve(self) -> int:
@@ -406,14 +406,14 @@ class ReflectiveRace(Optimizer):
         dev, alive = self.context.dev_ids, self._by_score(self.pool)
         while len(alive) > self.options.finalists and len(self.block) < len(dev):
             ids = dev[: min(len(dev), 2 * len(self.block))]
-            left = self.remaining_budget()
+            left = self.context.remaining()
             if left is not None and self._final_cost(alive, ids) > left:
                 break
             self.block = list(ids)
             yield from self._complete(alive, self.block, "final race")
             alive = self._by_score(alive)[: max(self.options.finalists, (len(alive) + 1) // 2)]
         self.finalists = alive[: self.options.finalists]
-        n, left = len(self.block), self.remaining_budget()
+        n, left = len(self.block), self.context.remaining()
         while n < len(dev) and (left is None or self._final_cost(self.finalists, dev[: n + 1]) <= left):
             n += 1
         self.final_ids = list(dev[:n])
