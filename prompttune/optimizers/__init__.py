@@ -7,7 +7,7 @@ from prompttune.optimizers.driver import run_search
 from prompttune.optimizers.mipro import Mipro
 from prompttune.optimizers.p2g import SplitErrorCritique
 from prompttune.optimizers.random_search import RandomSearch
-from prompttune.optimizers.reflect import ReflectiveRace
+from prompttune.optimizers.reflect.strategy import ReflectiveRace
 from prompttune.optimizers.spread import FormatSpread
 from prompttune.optimizers.successive_halving import SuccessiveHalving
 
