@@ -36,7 +36,7 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import LogitPredictor
-from prompttune.optimizers.reflect import race_score
+from prompttune.optimizers.reflect.race import race_score
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import Task
 from prompttune.tasks.pools import exit_unless_tuning

@@ -17,7 +17,7 @@ from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, study
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.optimizers.base import SearchDriver
+from prompttune.optimizers.driver import SearchDriver
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 

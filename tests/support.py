@@ -18,7 +18,7 @@ from prompttune.engine.setup import load_run_task
 from prompttune.engine.study import run_study
 from prompttune.evaluation.confirmation import Verdict
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.optimizers.base import SearchOutcome
+from prompttune.optimizers.driver import SearchOutcome
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks.base import SplitSizes, Task, make_splits

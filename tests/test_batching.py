@@ -17,7 +17,7 @@ from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metering import Meter
-from prompttune.optimizers.base import SearchDriver
+from prompttune.optimizers.driver import SearchDriver
 from tests.support import CountingBackend
 
 

@@ -20,7 +20,7 @@ from prompttune.engine.study import run_study
 from prompttune.evaluation.contract import FINALISTS, GENERATION, contract_line
 from prompttune.evaluation.prompt_sources import NamedPrompt
 from prompttune.evaluation.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
-from prompttune.optimizers.base import IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
 from tests.support import CountingBackend, colours_task_file, model_calls, oracle_config, oracle_for

@@ -18,7 +18,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
-from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.cople import content_words
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.search_spaces.frozen import keep_frozen, missing_frozen

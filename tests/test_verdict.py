@@ -16,7 +16,7 @@ from prompttune.engine import study
 from prompttune.engine.export import load_winner
 from prompttune.engine.study import run_study
 from prompttune.optimizers import OPTIMIZERS
-from prompttune.optimizers.base import Challenge, IncumbentSearch, TrialRequest, spec_candidate
+from prompttune.optimizers.contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.search_spaces.prompt import PromptSpec

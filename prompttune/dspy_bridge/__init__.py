@@ -17,7 +17,8 @@ from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.evaluation.confirmation import Verdict
 from prompttune.optimizers import OPTIMIZERS, SearchContext
-from prompttune.optimizers.base import SearchOutcome, describe_options
+from prompttune.optimizers.contract import describe_options
+from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.registry import (
     DEMOS,
     INSTRUCTION,

@@ -38,7 +38,7 @@ from prompttune.core.types import Record
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.optimizers.base import OptimizerOptions, validate_options
+from prompttune.optimizers.contract import OptimizerOptions, validate_options
 
 SUMMARY_CALLS = 11  # MIPROv2's dataset summary: at most 10 observation calls and one summary
 DSPY_TRIES_PER_DEMO = 2  # bootstrapping keeps the traces the metric passes: about 2 tries per demo at 50%

@@ -31,7 +31,8 @@ from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, DspyArm, Sizes, T
 from prompttune.dspy_bridge.program import ProgramMapping
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.optimizers.base import SearchOutcome, spec_candidate
+from prompttune.optimizers.contract import spec_candidate
+from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate
 from prompttune.search_spaces.prompt import PromptSpec

@@ -27,7 +27,7 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
-from prompttune.optimizers.base import SearchOutcome
+from prompttune.optimizers.driver import SearchOutcome
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 

@@ -65,7 +65,7 @@ from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.per_class import per_class
 from prompttune.evaluation.serving import check_generation, rescore_finalists, served_by_verdict
 from prompttune.objectives import Objective, get_objective
-from prompttune.optimizers.base import SearchContext
+from prompttune.optimizers.contract import SearchContext
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND

@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
+from prompttune.optimizers.contract import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.search_helpers import rank_by_score, shuffled_demo_sets
 from prompttune.search_spaces.space import Candidate
 

@@ -39,7 +39,7 @@ import optuna
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
+from prompttune.optimizers.contract import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.search_helpers import (
     STYLE_TIPS,
     instruction_request,
@@ -140,7 +140,7 @@ class Mipro(Optimizer):
         if self.instructions is None:
             self._bootstrap_demo_sets()
             self.instructions = self._propose_instructions()
-        remaining = self.remaining_budget()
+        remaining = self.context.remaining()
         # A trial costs its minibatch now and at most the rest of the dev split for its full evaluation
         # (its minibatch is part of dev): the trials stop when the cap no longer pays for both, and a
         # periodic full evaluation waits for the closing one when the trials could not go on after it.

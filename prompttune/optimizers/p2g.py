@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
+from prompttune.optimizers.contract import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import clean_instruction
 from prompttune.optimizers.search_helpers import (
     Direction,

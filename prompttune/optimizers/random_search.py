@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, TrialRequest
+from prompttune.optimizers.contract import Optimizer, TrialRequest
 from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 

@@ -15,7 +15,8 @@ from prompttune.core.storage import TrialStorage
 from prompttune.evaluation.confirmation import Verdict
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
-from prompttune.optimizers.base import SearchOutcome, describe_options, validate_options
+from prompttune.optimizers.contract import describe_options, validate_options
+from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import Candidate
 from prompttune.tasks.base import Task

@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, OptimizerOptions, TrialRequest
+from prompttune.optimizers.contract import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 

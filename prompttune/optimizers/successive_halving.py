@@ -32,7 +32,7 @@ from pydantic import Field
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.base import Optimizer, OptimizerOptions, SearchContext, TrialRequest, validate_options
+from prompttune.optimizers.contract import Optimizer, OptimizerOptions, SearchContext, TrialRequest, validate_options
 from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.search_spaces.space import Candidate
 

@@ -1,277 +1,25 @@
-"""The optimizer contract (ask/tell, in the spirit of Optuna samplers) and the driver that owns
-the decision protocol.
-
-An optimizer proposes and ranks; it never decides what counts as a real gain. It asks for
-(candidate, example ids) and is told the per-example records, or asks for a `Challenge` (a
-candidate against its incumbent) that the driver walks through the staged paired accept rule
-with a family-wise correction per `Sweep`. It exposes its `ranking()` (leader first) and the
-`family()` its leader was selected from. The driver owns the evaluator, the budget, the log,
-the anytime curve and the baseline top-up, and it merges the baseline into the strategy's ranking
-by paired dev score (`SearchDriver.ranking`): a strategy may rank without the baseline (successive
-halving keeps only its last round's survivors) or on unpaired evidence, but what is handed on
-never puts a prompt above the baseline unless it beat the baseline on the same dev examples.
-The driver also admits every candidate before it is scored (`admission.py`: frozen texts, the prompt-token
-ceiling): one that fails is neither scored nor charged, the optimizer is told it answered nothing, and it never
-enters the ranking. The held-out verdict comes after, in `prompttune.evaluation.confirmation`, for every
-optimizer alike.
-"""
+"""The driver: owns the decision protocol, the evaluator, the budget, the log, the anytime curve and the
+baseline top-up for every strategy (`contract.py`). It merges the baseline into the strategy's ranking by paired
+dev score (`SearchDriver.ranking`), so nothing handed on ranks above the baseline unless it beat it on the same
+dev examples, and admits every candidate before it is scored (`admission.py`): a refused one is neither scored
+nor charged and never ranked. The held-out verdict comes after (`prompttune.evaluation.confirmation`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar, Iterator, Literal, Sequence, get_args, get_origin
+from typing import Any, Callable, Iterator
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
-
-from prompttune.core.config import Serve
-from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.errors import BudgetExhausted
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
 from prompttune.evaluation.evaluator import Evaluator
-from prompttune.objectives import Objective, get_objective
-from prompttune.objectives.stats import AcceptRule, Decision, paired_compare
+from prompttune.objectives.stats import Decision, paired_compare
 from prompttune.optimizers.admission import Admission
-from prompttune.optimizers.proposer import Proposer, checked_instruction
-from prompttune.optimizers.search_helpers import place_baseline, rank_by_score
-from prompttune.search_spaces.frozen import keep_frozen
+from prompttune.optimizers.contract import Challenge, Optimizer, TrialRequest
+from prompttune.optimizers.search_helpers import place_baseline
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.search_spaces.space import Candidate, SearchSpace
-
-
-@dataclass
-class SearchContext:
-    """What an optimizer may see: the space, train and dev ids (never test), the objective, and the ceiling on
-    prompt tokens the driver holds every candidate to."""
-
-    space: SearchSpace
-    train_ids: list[str]
-    dev_ids: list[str]
-    n_classes: int
-    objective: str | Objective = "accuracy"  # a name, or a callable (gold, pred, n_classes) -> float
-    seed: int = 0
-    budget: int = 0
-    options: dict[str, Any] = field(default_factory=dict)
-    accept_rule: AcceptRule = field(default_factory=AcceptRule)
-    train_labels: dict[str, int] = field(default_factory=dict)
-    max_prompt_tokens: int | None = None
-    dev_input_words: list[int] = field(default_factory=list)  # what the inputs look like (no labels): demo choice
-    serve: Serve = "logprobs"  # the serving contract: which label offsets a candidate may carry
-    # Whether the contract can apply label offsets to the baseline's labels: under `generate` never, under `choice`
-    # where each label is one token (the engine sets it once the model's tokenizer is known).
-    label_offsets: bool = True
-
-    def score(self, records: Sequence[Record]) -> float:
-        gold = [r.gold for r in records]
-        pred = [r.pred for r in records]
-        objective = get_objective(self.objective) if isinstance(self.objective, str) else self.objective
-        return float(objective(gold, pred, self.n_classes))
-
-
-@dataclass(frozen=True)
-class TrialRequest:
-    candidate: Candidate
-    example_ids: tuple[str, ...]
-    purpose: str = "evaluate"
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A family of challenges whose false accepts are bounded together: each of its `size`
-    planned challenges gets alpha / size (Bonferroni, valid for any dependence and order)."""
-
-    number: int
-    size: int
-
-
-@dataclass(frozen=True)
-class Challenge:
-    """Replace `incumbent` by `candidate`? Decided by the driver on a prefix of `order`."""
-
-    candidate: Candidate
-    incumbent: Candidate
-    order: tuple[str, ...]
-    sweep: Sweep
-
-
-class OptimizerOptions(BaseModel):
-    """An optimizer's `--option KEY=VALUE` settings: typed, with defaults; unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-def validate_options(name: str, options_model: type[OptimizerOptions], values: dict[str, Any]) -> OptimizerOptions:
-    """Typed options, or one line naming the bad key and what was expected."""
-    try:
-        return options_model.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(map(str, err["loc"])) or "?"
-        known = ", ".join(options_model.model_fields) or "none"
-        if err["type"] == "extra_forbidden":
-            raise UserError(f"{name}: unknown option {key!r} (options: {known})") from None
-        raise UserError(f"{name}: option {key}={err.get('input')!r}: {err['msg']}") from None
-
-
-def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
-    """One line per option: name, type, default, what it does (for --help-options)."""
-    lines = []
-    for key, info in options_model.model_fields.items():
-        allowed = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
-        kind = (f"one of {', '.join(map(str, allowed))}" if allowed
-                else getattr(info.annotation, "__name__", str(info.annotation)))
-        lines.append(f"{key} ({kind}, default {info.default!r}): {info.description or ''}".rstrip(": "))
-    return lines or ["(no options)"]
-
-
-def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
-    """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec
-    (an uncalibrated spec hashes as before `calibrate` and `label_bias` existed, so earlier runs keep their ids)."""
-    digest = hashlib.sha1(json.dumps(spec.hashed_fields(), sort_keys=True).encode()).hexdigest()[:12]
-    return Candidate(f"{origin}-{digest}", (), spec)
-
-
-class Optimizer(ABC):
-    """One search strategy: `ask` for work, digest it in `tell`, rank what it has seen."""
-
-    name: ClassVar[str]
-    Options: ClassVar[type[OptimizerOptions]] = OptimizerOptions
-
-    def __init__(self, context: SearchContext, proposer: Proposer | None = None) -> None:
-        self.context = context
-        self.options = validate_options(self.name, self.Options, context.options)
-        self.rng = np.random.default_rng(context.seed)
-        self.proposer = proposer
-        self.memo: dict[str, dict[str, Record]] = {}
-        self.baseline = context.space.default_candidate()
-        self.sweeps = 0
-
-    @classmethod
-    def check(cls, context: SearchContext) -> None:
-        """Refuse a run this strategy cannot do (a `UserError`), from what is known before any model
-        loads; most strategies can do any run the ledger and dev split allow."""
-
-    def example_text(self, example_id: str, limit: int = 300) -> str:
-        """A train example's input text, for proposer and critic prompts."""
-        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
-        return " ".join(example.fields.values())[:limit]
-
-    def usable_rewrite(self, reply: str, spec: PromptSpec) -> str | None:
-        """A proposer's rewrite of `spec`'s instruction if usable (`checked_instruction`), keeping the frozen
-        texts that instruction holds (appended where the rewrite dropped them), so the driver does not reject it."""
-        text = checked_instruction(reply, spec.label_words)
-        return None if text is None else keep_frozen(text, spec.instruction, self.context.space.frozen)
-
-    def remaining_budget(self) -> int | None:
-        """Calls left under the cap (the proposer shares the search ledger); None = no cap."""
-        return self.proposer.meter.ledger.remaining_calls() if self.proposer else None
-
-    def open_sweep(self, size: int) -> Sweep:
-        """Declare the next `size` challenges as one family (see `Sweep`)."""
-        self.sweeps += 1
-        return Sweep(self.sweeps, max(size, 1))
-
-    @abstractmethod
-    def ask(self) -> TrialRequest | Challenge | None:
-        """Next evaluation or challenge wanted, or None when the strategy is finished."""
-
-    def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
-        """Digest the records of a TrialRequest; return facts to log with the trial."""
-        return {}
-
-    def upcoming(self) -> list[TrialRequest]:
-        """Requests this strategy will ask right after the current one whatever its answers (the rest of a
-        round, of a race step, of a screen): the driver has the model answer them together in one backend
-        call, while they are still asked, charged and told one by one. None by default."""
-        return []
-
-    def tell_challenge(self, challenge: Challenge, decision: Decision) -> None:
-        """The driver's decision on a challenge this optimizer asked for."""
-        raise NotImplementedError(f"{self.name} asked for a challenge but does not digest one")
-
-    @abstractmethod
-    def ranking(self) -> list[Candidate]:
-        """Candidates in the strategy's order of preference on dev, leader first; [] before any."""
-
-    @abstractmethod
-    def family(self) -> int:
-        """How many candidates the leader was selected from (for the selection-bias scale)."""
-
-    def report_lines(self) -> list[str]:
-        """Optimizer-specific facts for report.md (e.g. share of the space evaluated)."""
-        return []
-
-    # -- per-example memory, so paired comparisons reuse what was already scored ----------------
-    def observe(self, request: TrialRequest, records: list[Record]) -> None:
-        self.memo.setdefault(request.candidate.id, {}).update({r.example_id: r for r in records})
-
-    def missing(self, candidate: Candidate, ids: Sequence[str]) -> tuple[str, ...]:
-        seen = self.memo.get(candidate.id, {})
-        return tuple(i for i in ids if i not in seen)
-
-    def records(self, candidate: Candidate, ids: Sequence[str]) -> list[Record]:
-        seen = self.memo[candidate.id]
-        return [seen[i] for i in ids]
-
-    def correct(self, candidate: Candidate, ids: Sequence[str]) -> list[bool]:
-        return [r.correct for r in self.records(candidate, ids)]
-
-    def score_on(self, candidate: Candidate, ids: Sequence[str]) -> float:
-        return self.context.score(self.records(candidate, ids))
-
-    def dev_ids_of(self, candidate: Candidate) -> list[str]:
-        """The dev examples a candidate was scored on, in dev order."""
-        seen = self.memo.get(candidate.id, {})
-        return [i for i in self.context.dev_ids if i in seen]
-
-
-class IncumbentSearch(Optimizer):
-    """Shared machinery of hill-climbers (COPLE, P2G): an incumbent that a candidate replaces
-    only when the driver accepts a challenge on one fixed dev order.
-
-    The accept rule steers the climb (which prompt the next edits start from); the dev ranking
-    handed to the verdict is selection, for power: every prompt scored on the whole dev order, by
-    its score there. A challenger that clearly helps but missed its sweep's share of alpha can so
-    still be tested, on the test split, which decides.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.order: tuple[str, ...] = tuple(self.rng.permutation(self.context.dev_ids).tolist())
-        self.incumbent = self.baseline
-        self.accepted: list[Candidate] = []
-        self.challenged = 0
-        self.contenders: dict[str, Candidate] = {self.baseline.id: self.baseline}
-
-    def challenge(self, candidate: Candidate, sweep: Sweep) -> Challenge:
-        self.challenged += 1
-        self.contenders.setdefault(candidate.id, candidate)
-        return Challenge(candidate, self.incumbent, self.order, sweep)
-
-    def on_accept(self, candidate: Candidate) -> None:
-        """Hook: the strategy's bookkeeping when a challenger wins."""
-
-    def tell_challenge(self, challenge: Challenge, decision: Decision) -> None:
-        if decision.verdict == "accept":
-            self.incumbent = challenge.candidate
-            self.accepted.append(challenge.candidate)
-            self.on_accept(challenge.candidate)
-
-    def ranking(self) -> list[Candidate]:
-        """The baseline, every accepted prompt and every prompt scored on the whole dev order, by dev
-        score (prompts stopped early for trailing, or by the budget, have too little evidence)."""
-        accepted = {c.id for c in self.accepted} | {self.baseline.id}
-        eligible = [c for c in self.contenders.values() if self.dev_ids_of(c)
-                    and (c.id in accepted or not self.missing(c, self.order))]
-        ranked = rank_by_score([(c, self.score_on(c, self.dev_ids_of(c))) for c in eligible], self.baseline)
-        return ranked or [self.baseline]
-
-    def family(self) -> int:
-        return 1 + self.challenged
+from prompttune.search_spaces.space import Candidate
 
 
 def decision_log(decision: Decision) -> dict[str, Any]:
@@ -282,8 +30,7 @@ def decision_log(decision: Decision) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ScoredPrompt:
-    """A candidate the search scored on dev: its prompt tokens per request and its dev objective (the report's
-    tokens-against-score plot)."""
+    """A candidate scored on dev: prompt tokens per request and dev objective (the report's tokens plot)."""
 
     candidate_id: str
     prompt_tokens: int
@@ -332,6 +79,7 @@ class SearchDriver:
                  should_stop: Callable[[], bool] | None = None) -> None:
         self.optimizer, self.evaluator, self.storage, self.on_trial = optimizer, evaluator, storage, on_trial
         self.should_stop = should_stop
+        optimizer.context.ledger = evaluator.ledger  # the strategy reads the budget it is driven under
         self.number = 0
         self.seen: dict[str, Candidate] = {}  # admitted candidates, scored on some examples
         self.rejected: dict[str, str] = {}  # candidate id -> why the admission refused it
@@ -369,8 +117,7 @@ class SearchDriver:
         return candidate.id not in self.rejected
 
     def evaluate(self, request: TrialRequest) -> list[Record]:
-        """The candidate's records from the evaluator; for a candidate the admission refuses, no call and no
-        charge: an invalid answer on every example, so every strategy ranks it last."""
+        """The candidate's records; a refused candidate costs no call and answers nothing (ranked last)."""
         if self.should_stop and self.should_stop():
             raise SearchStopped
         candidate = request.candidate
@@ -441,9 +188,8 @@ class SearchDriver:
         return [c for c in self.optimizer.ranking() if c.id not in self.rejected]
 
     def merged(self) -> Iterator[Candidate]:
-        """The strategy's ranking with the baseline placed by paired dev score (`place_baseline`):
-        first the prompts that beat the baseline on the dev examples both were scored on (strictly:
-        the baseline wins ties), in the strategy's order; then the baseline; then the rest."""
+        """The strategy's ranking with the baseline placed by paired dev score (`place_baseline`): first what
+        beat it on the dev examples both were scored on (the baseline wins ties), then the baseline, the rest."""
         opt = self.optimizer
         return place_baseline(self.strategy_ranking(), opt.baseline, self.paired_scores)
 
