@@ -7,7 +7,7 @@ nor charged and never ranked. The held-out verdict comes after (`prompttune.eval
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 from prompttune.core.errors import BudgetExhausted
@@ -79,7 +79,8 @@ class SearchDriver:
                  should_stop: Callable[[], bool] | None = None) -> None:
         self.optimizer, self.evaluator, self.storage, self.on_trial = optimizer, evaluator, storage, on_trial
         self.should_stop = should_stop
-        optimizer.context.ledger = evaluator.ledger  # the strategy reads the budget it is driven under
+        # The strategy reads the budget it is driven under; a copy, so a context shared by arms keeps no ledger.
+        optimizer.context = replace(optimizer.context, ledger=evaluator.ledger)
         self.number = 0
         self.seen: dict[str, Candidate] = {}  # admitted candidates, scored on some examples
         self.rejected: dict[str, str] = {}  # candidate id -> why the admission refused it
