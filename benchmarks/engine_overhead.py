@@ -23,7 +23,7 @@ accuracies and writes scripted instructions), wrapped so every backend call is l
 
 Model-free and deterministic but for the engine's seconds, which depend on the CPU.
 
-PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/engine_overhead.py [--optimizers reflect,sh]
+PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/engine_overhead.py [--optimizers reflect,sh,reflect:parents=4]
     [--budget 40000] [--profile 15]
 """
 
@@ -145,15 +145,19 @@ def agnews_oracle(config: RunConfig) -> SyntheticOracleBackend:
     return oracle
 
 
-def run(optimizer: str, budget: int, profile: cProfile.Profile | None = None) -> tuple[CallLog, float, RunResult]:
-    """One optimize run on the logged oracle: the log, the wall seconds, the run."""
+def run(arm: str, budget: int, profile: cProfile.Profile | None = None) -> tuple[CallLog, float, RunResult]:
+    """One optimize run on the logged oracle (`arm`: an optimizer, optionally with `:KEY=VALUE` options, e.g.
+    `reflect:parents=4`): the log, the wall seconds, the run."""
+    optimizer, *settings = arm.split(":")
+    options = dict(setting.split("=", 1) for setting in settings)
     config = RunConfig(task="agnews", optimizer=optimizer, budget=budget)
     backend = CallLog(agnews_oracle(config))
     backend.started = time.process_time()
     wall = time.perf_counter()
     if profile:
         profile.enable()
-    result = prompttune.optimize("agnews", optimizer=optimizer, budget=budget, backend=backend, record=False)
+    result = prompttune.optimize("agnews", optimizer=optimizer, budget=budget, backend=backend, record=False,
+                                 options=options)
     backend.stop()
     if profile:
         profile.disable()

@@ -100,3 +100,24 @@ def test_an_outage_met_ahead_stops_the_first_request_it_left_unanswered_without_
     with pytest.raises(BackendUnavailable):
         meter.run(["b"], "score", ["ask b"], lambda r: [0] * len(r), compute)
     assert len(calls) == 1 and meter.ledger.calls == 1  # no second wait; only what was answered is paid for
+
+
+def test_reflect_with_several_parents_writes_their_critiques_and_edits_in_one_generate_call_each() -> None:
+    """`parents=3`: a reflection step's critiques go to the model together, then its edits; each is still
+    charged to the budget as its own call. With one parent every critique and edit is a call of its own."""
+    problem = OracleProblem.colours()
+    for parents in (1, 3):
+        backend = CallCounter(problem.backend)
+        sizes: list[int] = []
+        generate = backend.generate
+        backend.generate = lambda requests: (sizes.append(len(requests)), generate(requests))[1]
+        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                                  backend=backend, options={"parents": parents}, record=False, check_generation=0)
+        written = run.search_ledger.calls_by_kind["propose"]
+        race = run.strategy.optimizer
+        assert written == 2 * len(race.critiques) and run.search_ledger.calls <= 800
+        if parents == 1:
+            assert sizes == [1] * written
+        else:
+            assert max(sizes) == 3 and backend.generate_batches < written
+            assert race.made["reflect"] > 0

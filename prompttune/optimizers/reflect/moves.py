@@ -4,8 +4,8 @@ over them) becomes a candidate."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -28,6 +28,17 @@ from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate
 
 MOVES = ("reflect", "grammar", "demos", "merge", "sample")
+
+
+@dataclass(frozen=True)
+class CritiqueAsk:
+    """One parent's critique request, and what its edit needs."""
+
+    parent: str
+    spec: PromptSpec
+    instruction: str  # the parent's instruction as the critic and the editor are shown it
+    request: str
+    direction: str  # e.g. "FP Sports", as the report lists critiques
 
 
 class Moves(Optimizer):
@@ -109,33 +120,60 @@ class Moves(Optimizer):
         text = self._sampled_instruction(self.candidates[parent_key].spec)
         return None if text is None else replace(self.genomes[parent_key], instruction=text)
 
-    def _reflect(self, parent_key: str) -> Iterator[TrialRequest]:
-        """(a) Critique the parent's false positives and false negatives of one class apart, on a
-        train minibatch, with the margins; then write an edited instruction."""
+    def _reflect(self, parent_keys: Sequence[str]) -> Iterator[TrialRequest]:
+        """(a) For each parent: critique its false positives and false negatives of one class apart, on a train
+        minibatch, with the margins; then write an edited instruction. The children, one per parent (None where
+        nothing came of it). Several parents (`parents`) are scored on their minibatches together, and their
+        critiques, then their edits, are written in one generate call each: a decoder bound by kernel launches
+        writes a few texts about as fast as one."""
         if not self._writing():
-            return None
-        parent, genome = self.candidates[parent_key], self.genomes[parent_key]
-        demos = set(parent.spec.demo_ids)
+            return [None] * len(parent_keys)
+        batches = [self._reflection_batch(key, number) for number, key in enumerate(parent_keys)]
+        for number, (key, batch) in enumerate(zip(parent_keys, batches)):
+            self.lookahead = [(self.candidates[k], b) for k, b in zip(parent_keys[number + 1:], batches[number + 1:])]
+            if todo := self.missing(self.candidates[key], batch):
+                yield TrialRequest(self.candidates[key], todo, "reflection minibatch")
+        self.lookahead = []
+        asks = [self._critique_ask(key, batch) for key, batch in zip(parent_keys, batches)]
+        live = [ask for ask in asks if ask is not None]
+        if len(live) > 1:
+            self.proposer.prefetch([ask.request for ask in live])
+        edits = []
+        for ask in live:
+            feedback = self.proposer.critique(ask.request, ask.instruction, ask.spec.label_words)
+            self.critiques.append(f"{ask.direction}: {feedback}")
+            edits.append(edit_request(ask.instruction, feedback, sorted(self.written)[-3:], ask.spec.label_words))
+        if len(edits) > 1:
+            self.proposer.prefetch(edits)
+        children: dict[int, Genome | None] = {}
+        for ask, edit in zip(live, edits):
+            reply = self.proposer(edit)
+            self.written.add(clean_instruction(reply))
+            text = self.usable_rewrite(reply, ask.spec)
+            children[id(ask)] = None if text is None else replace(self.genomes[ask.parent], instruction=text)
+        return [None if ask is None else children[id(ask)] for ask in asks]
+
+    def _reflection_batch(self, parent_key: str, number: int) -> list[str]:
+        """The train minibatch the `number`th parent of this step reads its errors on (never its own demos)."""
+        demos = set(self.candidates[parent_key].spec.demo_ids)
         pool = [i for i in self.context.train_ids if i not in demos]
-        batch = rotating_minibatch(pool, self.steps, self.options.minibatch)
-        if todo := self.missing(parent, batch):
-            yield TrialRequest(parent, todo, "reflection minibatch")
-        records = self.records(parent, batch)
-        directions = error_directions(records, self.context.n_classes, 1)
+        return rotating_minibatch(pool, self.steps * self.options.parents + number, self.options.minibatch)
+
+    def _critique_ask(self, parent_key: str, batch: Sequence[str]) -> CritiqueAsk | None:
+        """What the critic is asked about the parent's errors on `batch`, one error direction drawn of the two
+        largest; None when it made none."""
+        spec = self.candidates[parent_key].spec
+        directions = error_directions(self.records(self.candidates[parent_key], batch), self.context.n_classes, 1)
         if not directions:
             return None
         direction = directions[int(self.rng.integers(min(2, len(directions))))]
-        spec, words = parent.spec, parent.spec.label_words
+        words = spec.label_words
         shown = "\n".join(f"- {self.example_text(r.example_id)} (the model preferred "
                           f"'{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats)"
                           for r in direction.errors[: self.options.shown_errors])
         instruction = shown_instruction(spec.instruction, words)
-        feedback = self.proposer.critique(critique_request(direction, words, shown, instruction), instruction, words)
-        self.critiques.append(f"{direction.kind.upper()} {words[direction.label]}: {feedback}")
-        reply = self.proposer(edit_request(instruction, feedback, sorted(self.written)[-3:], words))
-        self.written.add(clean_instruction(reply))
-        text = self.usable_rewrite(reply, spec)
-        return None if text is None else replace(genome, instruction=text)
+        return CritiqueAsk(parent_key, spec, instruction, critique_request(direction, words, shown, instruction),
+                           f"{direction.kind.upper()} {words[direction.label]}")
 
     def _grammar(self, parent_key: str) -> Genome | None:
         """(b) One dimension of the space changed (not the parts a move wrote over)."""

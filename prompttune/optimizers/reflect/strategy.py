@@ -200,38 +200,47 @@ class ReflectiveRace(Racing, Calibration, Moves):
 
     def _evolve(self) -> Iterator[TrialRequest]:
         rejected = idle = 0
-        while idle < 20 * len(self.moves) and \
-                len(self.block) + self.options.minibatch + 2 < free_calls(self.context, self._final_reserve()):
+        step_cost = len(self.block) + self.options.minibatch + 2
+        while idle < 20 * len(self.moves) and step_cost < free_calls(self.context, self._final_reserve()):
             self.steps += 1
             move = self._move()
-            parent = self._parent()
-            child = None
             if move == "reflect":
-                child = yield from self._reflect(parent)
-            elif move == "grammar":
-                child = self._grammar(parent)
-            elif move == "demos":
-                child = yield from self._swap_demo(parent)
-            elif move == "sample":
-                child = self._sample(parent)
+                affordable = free_calls(self.context, self._final_reserve()) // step_cost
+                children = yield from self._reflect([self._parent() for _ in range(min(self.options.parents,
+                                                                                        affordable))])
             else:
-                child = self._merge(parent)
-            if child is None or self._key(child) in self.genomes:
-                idle += 1  # nothing new from this move (a small space runs out of neighbours)
-                continue
-            idle = 0
-            self.made[move] += 1
-            ids = yield from self._race(child, move)
-            worst, best_new = self._by_score(self.pool)[-1], self._by_score(ids)[0]
-            if self._race_score(best_new) > self._race_score(worst):
-                self.pool = [i for i in self.pool if i != worst] + [best_new]
-                self.entered[move] += 1
-                rejected = 0
-            else:
-                rejected += 1
-            if rejected >= self.options.patience:
-                yield from self._grow_block()
-                rejected = 0
+                children = [(yield from self._child(move, self._parent()))]
+            for number, child in enumerate(children):
+                if child is None or self._key(child) in self.genomes:
+                    idle += 1  # nothing new from this move (a small space runs out of neighbours)
+                    continue
+                idle = 0
+                self.made[move] += 1
+                self.lookahead = [(self._build(replace(c, label_bias=())), self.block) for c in children[number + 1:]
+                                  if c is not None and self._key(c) not in self.genomes]
+                ids = yield from self._race(child, move)
+                self.lookahead = []
+                worst, best_new = self._by_score(self.pool)[-1], self._by_score(ids)[0]
+                if self._race_score(best_new) > self._race_score(worst):
+                    self.pool = [i for i in self.pool if i != worst] + [best_new]
+                    self.entered[move] += 1
+                    rejected = 0
+                else:
+                    rejected += 1
+                if rejected >= self.options.patience:
+                    yield from self._grow_block()
+                    rejected = 0
+            step_cost = len(self.block) + self.options.minibatch + 2
+
+    def _child(self, move: str, parent: str) -> Iterator[TrialRequest]:
+        """One child of `parent` by a move other than reflection (None: nothing new)."""
+        if move == "grammar":
+            return self._grammar(parent)
+        if move == "demos":
+            return (yield from self._swap_demo(parent))
+        if move == "sample":
+            return self._sample(parent)
+        return self._merge(parent)
 
     def report_lines(self) -> list[str]:
         made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in self.moves)
