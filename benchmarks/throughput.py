@@ -45,7 +45,7 @@ from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
 from prompttune.tasks.base import Task
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/llama_server.py starts the server
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # `--clock cpu` times this process's CPU seconds instead of wall seconds: on a machine shared with
 # other jobs that still compares the two paths fairly (with N threads it counts N x the work time).
@@ -223,7 +223,7 @@ def main() -> None:
         url = args.base_url
         if args.llama_server:
             from prompttune.backends.transformers_backend import embedded_model_path
-            from tests.llama_server import running_llama_server
+            from prompttune.testing.llama_server import running_llama_server
 
             url = stack.enter_context(running_llama_server(embedded_model_path(), threads=torch.get_num_threads()))
         if url:

@@ -66,7 +66,7 @@ def optimize(task: str | Path | Task = "agnews", *, optimizer: str = RunConfig.m
     `logprobs`), `check_generation=0` turns off the generation check that runs after a `logprobs` verdict.
 
     >>> import prompttune
-    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
     >>> task = demo_task()  # a synthetic task and an oracle "model" with known answers: a test device
     >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
     >>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, record=False)
@@ -96,7 +96,7 @@ def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequen
     alone matters. Any other `EvaluateConfig` field is a keyword (`split`, `scoring`, `calibrate`, ...).
 
     >>> import prompttune, tempfile
-    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
     >>> task = demo_task()
     >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
     >>> result = prompttune.evaluate(task, prompts=["Colour: {text}\\nAnswer:", "Colour: {text}\\nLabel:"],
@@ -127,7 +127,7 @@ def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = (
     the checks that keep it fair. Any other `RunConfig` field is a keyword.
 
     >>> import prompttune, tempfile
-    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
     >>> task = demo_task()
     >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
     >>> c = prompttune.compare(task, optimizers=["random", "sh"], seeds=2, budget=150, backend=model,

@@ -13,10 +13,10 @@ import pytest
 
 import prompttune
 from prompttune import Dimension, PromptSpec, SearchSpace, Task
-from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend, demo_task
 from prompttune.core.errors import UserError
 from prompttune.core.provenance import CODE_FILE
 from prompttune.engine.verdicts import REGISTRY, look_alpha
+from prompttune.testing import OracleProblem, SyntheticOracleBackend, demo_task
 from tests.support import oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def test_in_memory_records_and_the_oracle_give_a_result_that_renders_the_shipped
     """The bar, as a user types it: `python -c "import prompttune; ..."` on a dozen examples per split."""
     script = f"""
 import prompttune
-from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.testing import SyntheticOracleBackend
 rows = lambda split: [{{"text": f"{{split}} item {{i:02d}} painted " + c, "colour": c}}
                       for i in range(4) for c in ("red", "green", "blue")]
 task = prompttune.Task.from_records(train=rows("train"), dev=rows("dev"), test=rows("test"), label="colour")
@@ -146,3 +146,4 @@ def test_every_run_directory_records_the_code_that_made_it(tmp_path: Path) -> No
     assert len(lines) == 1 and lines[0]["version"] == prompttune.__version__
     assert Path(lines[0]["source"]) == Path(prompttune.__file__).resolve().parent
     assert lines[0]["commit"] is None or (len(lines[0]["commit"]) == 40 and isinstance(lines[0]["dirty"], bool))
+

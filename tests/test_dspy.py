@@ -36,13 +36,8 @@ from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
 from prompttune.evaluation.metering import Meter  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
-from tests.support import (  # noqa: E402
-    CountingBackend,
-    colours_task_file,
-    oracle_config,
-    oracle_for,
-    task_of,
-)
+from prompttune.testing import colours_task_file  # noqa: E402
+from tests.support import CountingBackend, oracle_config, oracle_for, task_of  # noqa: E402
 
 
 def _bridge(tmp_path: Path, cap: int, seed: int = 0):
