@@ -19,6 +19,7 @@ from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, load_evaluation_task, run_evaluation
+from prompttune.engine.finished_run import FinishedRun, read_finished_run
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
@@ -86,6 +87,23 @@ def resume(run_dir: str | Path, *, task: Task | None = None, space: SearchSpace 
     """Finish an interrupted run (pass again the in-memory task, space or objective it ran on)."""
     return resume_study(Path(run_dir), task=task, space=space, objective=objective, backend=backend,
                         progress=progress, handle_signals=progress)
+
+
+def load_run(run_dir: str | Path) -> FinishedRun:
+    """Reopen a finished optimize run from its directory: its config, the shipped, dev-winner and baseline
+    prompts, the verdict (verdict.json) and the trials, without a model. A directory that is not a finished
+    run is one line saying why.
+
+    >>> import prompttune, tempfile
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
+    >>> task = demo_task()
+    >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+    >>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, runs_dir=tempfile.mkdtemp())
+    >>> run = prompttune.load_run(result.run_dir)
+    >>> run.confirmed, run.shipped.id == result.shipped.id, len(run.trials) == len(result.trials.load())
+    (True, True, True)
+    """
+    return read_finished_run(Path(run_dir))
 
 
 def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequence[str] | None = None,

@@ -84,7 +84,7 @@ def test_a_task_file_with_a_label_seen_once_warns_on_the_terminal(tmp_path: Path
 
 def test_dir_lists_the_api() -> None:
     listed = dir(prompttune)
-    assert {"optimize", "evaluate", "compare", "resume", "Task", "RunResult", "Backend"} <= set(listed)
+    assert {"optimize", "evaluate", "compare", "resume", "load_run", "Task", "RunResult", "Backend"} <= set(listed)
     assert all(name in listed for name in prompttune.__all__)
 
 
