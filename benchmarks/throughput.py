@@ -37,7 +37,8 @@ import torch
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend, resolve_dtype
+from prompttune.backends.transformers_backend import TransformersBackend
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL, resolve_dtype
 from prompttune.core.config import BackendConfig
 from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.evaluation.evaluator import shared_prefix
@@ -222,7 +223,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         url = args.base_url
         if args.llama_server:
-            from prompttune.backends.transformers_backend import embedded_model_path
+            from prompttune.backends.transformers_setup import embedded_model_path
             from prompttune.testing.llama_server import running_llama_server
 
             url = stack.enter_context(running_llama_server(embedded_model_path(), threads=torch.get_num_threads()))

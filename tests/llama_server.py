@@ -13,7 +13,7 @@ from prompttune.testing.llama_server import INSTALL, running_llama_server
 
 @pytest.fixture(scope="session")
 def llama_server() -> Iterator[str]:
-    from prompttune.backends.transformers_backend import embedded_model_path
+    from prompttune.backends.transformers_setup import embedded_model_path
 
     if importlib.util.find_spec("llama_cpp") is None:
         pytest.fail(f"llama_cpp is not installed; run `make test` (it does `{INSTALL}`)")

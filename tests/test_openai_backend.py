@@ -14,7 +14,8 @@ import pytest
 from prompttune.backends.factory import build_backend
 from prompttune.backends.openai_backend import Api, OpenAIBackend
 from prompttune.backends.openai_chat import render_wire
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
+from prompttune.backends.transformers_backend import TransformersBackend
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.config import BackendConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from prompttune.backends.openai_backend import OpenAIBackend
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, embedded_model_path
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL, embedded_model_path
 from prompttune.cli import EXIT_UNAVAILABLE, main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
