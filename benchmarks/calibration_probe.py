@@ -16,24 +16,19 @@ Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/calibration_probe.py R
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
+from prompttune.api import load_run
 from prompttune.backends.factory import build_backend
-from prompttune.engine.setup import load_run_task, read_run_config
+from prompttune.engine.setup import load_run_task
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prediction import debiased, label_bias
 from prompttune.search_spaces.demos import choose_demos
-from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.pools import exit_unless_tuning
-
-
-def read_spec(path: Path) -> PromptSpec:
-    return PromptSpec.from_dict(json.loads(path.read_text())["spec"])
 
 
 def main() -> None:
@@ -42,13 +37,14 @@ def main() -> None:
     parser.add_argument("--demo-seeds", default="12345,777", help="draws of the other class-balanced demo sets")
     parser.add_argument("--cache", default="runs/calibration-probe.sqlite")
     args = parser.parse_args()
-    config = read_run_config(args.run_dir)
+    run = load_run(args.run_dir)
+    config = run.config
     exit_unless_tuning(config.pool, [config.split_seed], f"calibration_probe.py {args.run_dir}")
     task = load_run_task(config)
     examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}
     evaluator = Evaluator(build_backend(config), examples, {e.id: e for e in task.splits["train"]},
                           ResultCache(args.cache), BudgetLedger())
-    base, shipped = read_spec(args.run_dir / "baseline_prompt.json"), read_spec(args.run_dir / "best_prompt.json")
+    base, shipped = run.baseline.spec, run.shipped.spec
     k = len(shipped.demo_ids) or 4
     variants = {"baseline": base, "shipped prompt": shipped,
                 "baseline + shipped demos": base.with_updates(demo_ids=shipped.demo_ids),

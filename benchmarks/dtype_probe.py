@@ -31,7 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.throughput import workloads  # noqa: E402
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend, resolve_dtype  # noqa: E402
+from prompttune.backends.transformers_backend import TransformersBackend  # noqa: E402
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL, resolve_dtype  # noqa: E402
 from prompttune.core.types import ScoreRequest  # noqa: E402
 from prompttune.tasks import SplitSizes, load_task  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Runs the full `prompttune.optimize` path (search and held-out verdict) per optimizer on agnews's real
 data and its default space at `--budget` (default 40,000), with a model-free backend: the synthetic
-oracle (`prompttune.backends.oracle`, a test device that answers labels with known per-prompt
+oracle (`prompttune.testing`, a test device that answers labels with known per-prompt
 accuracies and writes scripted instructions), wrapped so every backend call is logged.
 
 (a) Instant backend: engine calls/s, the search ledger's calls over the CPU seconds this process spent
@@ -44,11 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import prompttune  # noqa: E402
 from prompttune.backends.base import Request, WrappedBackend  # noqa: E402
-from prompttune.backends.oracle import SyntheticOracleBackend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult  # noqa: E402
 from prompttune.engine.results import RunResult  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
+from prompttune.testing import SyntheticOracleBackend  # noqa: E402
 
 # The H200 check at a7de703 (docs/results/gpu_2026-12-04.md), fp32 as `--dtype auto` picks on CUDA.
 H200_SCORE_RATE = 1577.8  # 0-demo label scoring with prefix reuse, prompts/s at batch 128

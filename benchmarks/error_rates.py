@@ -1,7 +1,7 @@
 """Error rates and power of the verdict protocol, for every optimizer, on the synthetic oracle.
 
-The oracle (a test device with known per-prompt accuracies, `prompttune.backends.oracle`) runs
-through the real run engine, search driver and held-out verdict included (`tests/support.py::
+The oracle (a test device with known per-prompt accuracies, `prompttune.testing`) runs
+through the real run engine, search driver and held-out verdict included (`prompttune.testing.
 run_oracle` calls `prompttune.engine.study.run_study`): train 200 / dev 300 / test 1000, budget
 3000 calls, base accuracy 0.6. Conditions:
 
@@ -29,16 +29,16 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/support.py: the test device
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 
-from tests.support import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
+from prompttune.testing import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
 
 OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro", "reflect")
 CONDITIONS = {"null": (0.0, 0.0), "null-corr": (0.0, 0.5), "+5": (0.05, 0.0), "+10": (0.10, 0.0),
               "+5-corr": (0.05, 0.5), "+10-corr": (0.10, 0.5)}
-RARE = "+10-rare"  # only 3 of the 54 prompts are better (tests/support.py is_better), by 10 points
+RARE = "+10-rare"  # only 3 of the 54 prompts are better (prompttune.testing.is_better), by 10 points
 BUDGET = 3000
 
 

@@ -50,7 +50,7 @@ prepare() {
   rm -rf "$PREP/part1" "$PREP/part2"
   mkdir -p "$PREP/part1/site" "$PREP/part2/whl" "$PREP/part2/site" "$PREP/part2/data/ag_news"
   local gguf
-  gguf=$("$py" -c 'from prompttune.backends.transformers_backend import embedded_model_path as p; print(p())')
+  gguf=$("$py" -c 'from prompttune.backends.transformers_setup import embedded_model_path as p; print(p())')
   echo "$EMBEDDED_SHA256  $gguf" | sha256sum --check --quiet
   # Part 1 carries the GGUF's first PART1_BYTES alone; part 2 the rest with everything else, so that
   # part 2 (and the fallback it allows) needs nothing from part 1.
@@ -176,7 +176,7 @@ import torch
 import transformers
 
 import prompttune
-from prompttune.backends.transformers_backend import embedded_model_path
+from prompttune.backends.transformers_setup import embedded_model_path
 
 print(f"torch {torch.__version__}, transformers {transformers.__version__}, pydantic {pydantic.__version__}, "
       f"prompttune {prompttune.__version__} from {prompttune.__file__}")

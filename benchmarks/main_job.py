@@ -33,7 +33,8 @@ import torch  # noqa: E402
 import prompttune  # noqa: E402
 from benchmarks.throughput import layer_params, matmul_peak  # noqa: E402
 from prompttune.backends.factory import build_backend  # noqa: E402
-from prompttune.backends.transformers_backend import TransformersBackend, resolve_dtype  # noqa: E402
+from prompttune.backends.transformers_backend import TransformersBackend  # noqa: E402
+from prompttune.backends.transformers_setup import resolve_dtype  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
 
 

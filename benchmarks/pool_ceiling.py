@@ -22,16 +22,16 @@ Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/pool_ceiling.py RUN_DI
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import mannwhitneyu
 
+from prompttune.api import load_run
 from prompttune.backends.factory import build_backend
-from prompttune.core.config import RunConfig
 from prompttune.core.types import Record
-from prompttune.engine.setup import load_run_task, load_space, read_run_config
+from prompttune.engine.finished_run import FinishedRun
+from prompttune.engine.setup import load_run_task, load_space
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
@@ -57,12 +57,12 @@ def accuracy(records: list[Record]) -> float:
     return float(np.mean([r.correct for r in records]))
 
 
-def final_prompts(run_dir: Path, config: RunConfig, task: Task
+def final_prompts(run: FinishedRun, task: Task
                   ) -> tuple[dict[str, PromptSpec], dict[str, float], dict[str, int], str]:
     """The specs of the prompts in the final stage, each one's dev accuracy over all its trials and how many
     dev examples that is, the shipped id."""
-    space = load_space(config, task).bind(task.splits["train"])
-    trials = [json.loads(line) for line in (run_dir / "trials.jsonl").read_text().splitlines() if line.strip()]
+    space = load_space(run.config, task).bind(task.splits["train"])
+    trials = run.trials
     correct: dict[str, float] = {}
     seen: dict[str, int] = {}
     specs: dict[str, PromptSpec] = {}
@@ -79,9 +79,9 @@ def final_prompts(run_dir: Path, config: RunConfig, task: Task
     finals = list(dict.fromkeys(t["candidate_id"] for t in trials if t["purpose"] in FINAL_PURPOSES))  # log order
     missing = set(finals) - set(specs)
     if missing:
-        raise SystemExit(f"{run_dir}: no spec logged for {', '.join(sorted(missing))} (a log from before 81fa457?)")
-    shipped = json.loads((run_dir / "best_prompt.json").read_text())["candidate_id"]
-    return {k: specs[k] for k in finals}, {k: correct[k] / seen[k] for k in finals}, {k: seen[k] for k in finals}, shipped
+        raise SystemExit(f"{run.run_dir}: no spec logged for {', '.join(sorted(missing))} (a log from before 81fa457?)")
+    return ({k: specs[k] for k in finals}, {k: correct[k] / seen[k] for k in finals}, {k: seen[k] for k in finals},
+            run.shipped.id)
 
 
 def main() -> None:
@@ -94,14 +94,15 @@ def main() -> None:
     backend = None
     summary = []
     for run_dir in args.run_dirs:
-        config = read_run_config(run_dir)
+        run = load_run(run_dir)
+        config = run.config
         exit_unless_tuning(config.pool, [config.split_seed], f"pool_ceiling.py {run_dir}")
         task = load_run_task(config)
         backend = backend or build_backend(config)
         examples = {e.id: e for split in ("dev", "test") for e in task.splits[split]}
         evaluator = Evaluator(backend, examples, {e.id: e for e in task.splits["train"]},
                               ResultCache(args.cache), BudgetLedger())
-        specs, dev, seen, shipped = final_prompts(run_dir, config, task)
+        specs, dev, seen, shipped = final_prompts(run, task)
         test_ids = [e.id for e in task.splits["test"]]
         tested = {k: accuracy(LogitPredictor(evaluator).predict(spec, test_ids)) for k, spec in specs.items()}
         shared = [e.id for e in task.splits["dev"]][: min(seen.values())]

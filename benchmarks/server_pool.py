@@ -1,6 +1,6 @@
 """Throughput of the OpenAI-compatible backend's server pool with N = 1, 2, 4, 8 servers, on loopback.
 
-Each server is a fake (`tests/fake_openai.py`) that answers every request after `--delay` seconds, as a
+Each server is a fake (`prompttune/testing/fake_openai.py`) that answers every request after `--delay` seconds, as a
 latency-bound model server (a vLLM replica answering a batch) does, over persistent HTTP/1.1 connections as
 vLLM's; all of them run in one child process,
 so their JSON work does not share this process's interpreter. For each N, one `score` call asks for
@@ -23,7 +23,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/fake_openai.py: the fake servers
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prompttune.backends.openai_backend import OpenAIBackend  # noqa: E402
 from prompttune.core.types import ScoreRequest  # noqa: E402
@@ -33,7 +33,7 @@ LABELS = (" red", " green", " blue")
 
 def serve(count: int, delay: float, pipe: Connection) -> None:
     """`count` fake servers in this (child) process; their URLs go back through `pipe`, which then says when to stop."""
-    from tests.fake_openai import FakeServer
+    from prompttune.testing.fake_openai import FakeServer
 
     servers = [FakeServer(delay=delay, keep_alive=True) for _ in range(count)]
     pipe.send([server.url for server in servers])

@@ -37,7 +37,8 @@ import torch
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend, resolve_dtype
+from prompttune.backends.transformers_backend import TransformersBackend
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL, resolve_dtype
 from prompttune.core.config import BackendConfig
 from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.evaluation.evaluator import shared_prefix
@@ -45,7 +46,7 @@ from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
 from prompttune.tasks.base import Task
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/llama_server.py starts the server
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # `--clock cpu` times this process's CPU seconds instead of wall seconds: on a machine shared with
 # other jobs that still compares the two paths fairly (with N threads it counts N x the work time).
@@ -222,8 +223,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         url = args.base_url
         if args.llama_server:
-            from prompttune.backends.transformers_backend import embedded_model_path
-            from tests.llama_server import running_llama_server
+            from prompttune.backends.transformers_setup import embedded_model_path
+            from prompttune.testing.llama_server import running_llama_server
 
             url = stack.enter_context(running_llama_server(embedded_model_path(), threads=torch.get_num_threads()))
         if url:

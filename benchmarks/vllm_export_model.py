@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from prompttune.backends.transformers_backend import embedded_model_path
+from prompttune.backends.transformers_setup import embedded_model_path
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

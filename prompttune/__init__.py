@@ -1,6 +1,6 @@
 """prompttune: prompts as declared, searchable parameters, and only gains that survive a held-out test.
 
-The Python API (`prompttune.api`): `optimize`, `evaluate`, `compare`, `resume`, with `Task` and
+The Python API (`prompttune.api`): `optimize`, `evaluate`, `compare`, `resume`, `load_run`, with `Task` and
 `SearchSpace` for in-memory data and spaces built in Python, the result types, and `Backend` for a model of
 your own. Imported on first use, so that `import prompttune.<module>` stays light.
 """
@@ -13,7 +13,8 @@ from typing import Any
 __version__ = importlib.metadata.version("prompttune")  # one source: pyproject.toml
 
 _API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
-        "resume": "prompttune.api", "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
+        "resume": "prompttune.api", "load_run": "prompttune.api", "FinishedRun": "prompttune.engine.finished_run",
+        "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
         "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",
         "RunResult": "prompttune.engine.results", "EvaluationResult": "prompttune.engine.evaluation",
         "Comparison": "prompttune.engine.comparison", "Backend": "prompttune.backends.base"}

@@ -19,6 +19,7 @@ from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, load_evaluation_task, run_evaluation
+from prompttune.engine.finished_run import FinishedRun, read_finished_run
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
@@ -66,7 +67,7 @@ def optimize(task: str | Path | Task = "agnews", *, optimizer: str = RunConfig.m
     `logprobs`), `check_generation=0` turns off the generation check that runs after a `logprobs` verdict.
 
     >>> import prompttune
-    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
     >>> task = demo_task()  # a synthetic task and an oracle "model" with known answers: a test device
     >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
     >>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, record=False)
@@ -88,6 +89,23 @@ def resume(run_dir: str | Path, *, task: Task | None = None, space: SearchSpace 
                         progress=progress, handle_signals=progress)
 
 
+def load_run(run_dir: str | Path) -> FinishedRun:
+    """Reopen a finished optimize run from its directory: its config, the shipped, dev-winner and baseline
+    prompts, the verdict (verdict.json) and the trials, without a model. A directory that is not a finished
+    run is one line saying why.
+
+    >>> import prompttune, tempfile
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
+    >>> task = demo_task()
+    >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+    >>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, runs_dir=tempfile.mkdtemp())
+    >>> run = prompttune.load_run(result.run_dir)
+    >>> run.confirmed, run.shipped.id == result.shipped.id, len(run.trials) == len(result.trials.load())
+    (True, True, True)
+    """
+    return read_finished_run(Path(run_dir))
+
+
 def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequence[str] | None = None,
              sample: int | None = None, space: str | Path | SearchSpace | None = None,
              backend: Backend | None = None, progress: bool = False, **settings: Any) -> EvaluationResult:
@@ -96,7 +114,7 @@ def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequen
     alone matters. Any other `EvaluateConfig` field is a keyword (`split`, `scoring`, `calibrate`, ...).
 
     >>> import prompttune, tempfile
-    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
     >>> task = demo_task()
     >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
     >>> result = prompttune.evaluate(task, prompts=["Colour: {text}\\nAnswer:", "Colour: {text}\\nLabel:"],
@@ -127,7 +145,7 @@ def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = (
     the checks that keep it fair. Any other `RunConfig` field is a keyword.
 
     >>> import prompttune, tempfile
-    >>> from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
     >>> task = demo_task()
     >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
     >>> c = prompttune.compare(task, optimizers=["random", "sh"], seeds=2, budget=150, backend=model,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
-from tests.fake_openai import FakeServer
+from prompttune.testing.fake_openai import FakeServer
 
 if TYPE_CHECKING:
     from prompttune.backends.base import Backend

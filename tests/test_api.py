@@ -13,10 +13,10 @@ import pytest
 
 import prompttune
 from prompttune import Dimension, PromptSpec, SearchSpace, Task
-from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend, demo_task
 from prompttune.core.errors import UserError
 from prompttune.core.provenance import CODE_FILE
 from prompttune.engine.verdicts import REGISTRY, look_alpha
+from prompttune.testing import OracleProblem, SyntheticOracleBackend, demo_task
 from tests.support import oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def test_in_memory_records_and_the_oracle_give_a_result_that_renders_the_shipped
     """The bar, as a user types it: `python -c "import prompttune; ..."` on a dozen examples per split."""
     script = f"""
 import prompttune
-from prompttune.backends.oracle import SyntheticOracleBackend
+from prompttune.testing import SyntheticOracleBackend
 rows = lambda split: [{{"text": f"{{split}} item {{i:02d}} painted " + c, "colour": c}}
                       for i in range(4) for c in ("red", "green", "blue")]
 task = prompttune.Task.from_records(train=rows("train"), dev=rows("dev"), test=rows("test"), label="colour")
@@ -146,3 +146,31 @@ def test_every_run_directory_records_the_code_that_made_it(tmp_path: Path) -> No
     assert len(lines) == 1 and lines[0]["version"] == prompttune.__version__
     assert Path(lines[0]["source"]) == Path(prompttune.__file__).resolve().parent
     assert lines[0]["commit"] is None or (len(lines[0]["commit"]) == 40 and isinstance(lines[0]["dirty"], bool))
+
+
+# -- load_run: a finished run reopened from its directory ---------------------------------------------
+
+def test_load_run_reopens_a_finished_oracle_run_as_it_recorded_itself(tmp_path: Path) -> None:
+    task = demo_task()
+    model = SyntheticOracleBackend.for_task(task, _label_helps)
+    result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, runs_dir=str(tmp_path))
+    run = prompttune.load_run(str(result.run_dir))
+    assert run.run_dir == result.run_dir and run.config == result.config
+    assert (run.shipped.id, run.dev_winner.id, run.baseline.id) == (
+        result.verdict.shipped.id, result.verdict.dev_winner.id, result.verdict.baseline.id)
+    assert run.shipped.spec == result.shipped.spec and run.baseline.spec == result.baseline.spec
+    assert run.confirmed == (result.verdict.confirmed is not None) and run.summary == result.verdict.summary()
+    assert run.trials == result.trials.load() and run.wall_seconds == result.wall_seconds
+    assert repr(run).startswith(f"<FinishedRun {result.run_dir.name}: ")
+
+
+def test_load_run_refuses_what_is_not_a_finished_run_in_one_line(tmp_path: Path) -> None:
+    task = demo_task()
+    model = SyntheticOracleBackend.for_task(task, _label_helps)
+    run_dir = prompttune.optimize(task, optimizer="random", budget=150, backend=model, runs_dir=str(tmp_path)).run_dir
+    (run_dir / "verdict.json").unlink()
+    for path, says in [(tmp_path / "absent", "not a folder"), (tmp_path, "config.json missing"),
+                       (run_dir, "is not a finished run")]:
+        with pytest.raises(UserError, match=says) as caught:
+            prompttune.load_run(path)
+        assert "\n" not in str(caught.value)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.cli import main
-from tests.support import colours_task_file
+from prompttune.testing import colours_task_file
 
 REPO = Path(__file__).resolve().parent.parent
 COLOURS = ["--task", "{files}/colours.yaml", "--train-size", "60", "--dev-size", "60", "--test-size", "60"]

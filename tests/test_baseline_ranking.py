@@ -10,7 +10,7 @@ import pytest
 
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.tasks.base import SplitSizes
-from tests.support import error_rate_proposer, run_oracle, synthetic_task
+from prompttune.testing import error_rate_proposer, run_oracle, synthetic_task
 
 SIZES = SplitSizes(200, 200, 60)
 BUDGET = 1500

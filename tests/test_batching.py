@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 import prompttune
-from prompttune.backends.oracle import OracleProblem
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.types import ScoreResult
 from prompttune.evaluation.cache import ResultCache
@@ -18,6 +17,7 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metering import Meter
 from prompttune.optimizers.driver import SearchDriver
+from prompttune.testing import OracleProblem
 from tests.support import CountingBackend
 
 

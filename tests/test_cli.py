@@ -13,7 +13,8 @@ from prompttune.cli import main
 from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine import comparison, study
 from prompttune.optimizers import OPTIMIZERS, registry
-from tests.support import colours_task_file, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import oracle_for
 
 
 def test_help_options_lists_every_option_with_its_default(capsys) -> None:

@@ -29,7 +29,8 @@ from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers.random_search import RandomSearch
 from prompttune.reports.compare_report import spend_cells
 from prompttune.search_spaces import default_space
-from tests.support import CountingBackend, colours_task_file, oracle_config, oracle_for, task_of
+from prompttune.testing import colours_task_file
+from tests.support import CountingBackend, oracle_config, oracle_for, task_of
 
 
 def _check(comparison: Comparison, starts: str) -> Check:

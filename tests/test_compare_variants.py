@@ -13,7 +13,8 @@ from prompttune.commands.compare import parse_arms
 from prompttune.core.errors import UserError
 from prompttune.engine import comparison
 from prompttune.engine.comparison import resume_compare
-from tests.support import colours_task_file, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import oracle_for
 
 
 def _arm_configs(run_dir: Path) -> dict[str, dict]:

@@ -10,7 +10,8 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, plan
-from tests.support import COLOURS, CountingBackend, colours_task_file, oracle_for
+from prompttune.testing import COLOURS, colours_task_file
+from tests.support import CountingBackend, oracle_for
 
 
 def test_dry_run_prints_the_plan_and_charges_no_search_call(tmp_path: Path, capsys, monkeypatch) -> None:

@@ -19,13 +19,10 @@ from prompttune.core.errors import UserError  # noqa: E402
 from prompttune.core.types import Record  # noqa: E402
 from prompttune.dspy_bridge import DSPY_ARMS, STRATEGIES  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
+from prompttune.dspy_bridge.arm import Sizes, exact_label  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
-from prompttune.dspy_bridge.optimizers import (  # noqa: E402
-    DSPY_OPTIMIZERS,
-    Sizes,
-    exact_label,
-    feedback_text,
-)
+from prompttune.dspy_bridge.gepa import feedback_text  # noqa: E402
+from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.engine.comparison import run_compare  # noqa: E402
 from prompttune.engine.export import export  # noqa: E402
@@ -36,13 +33,8 @@ from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
 from prompttune.evaluation.metering import Meter  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
-from tests.support import (  # noqa: E402
-    CountingBackend,
-    colours_task_file,
-    oracle_config,
-    oracle_for,
-    task_of,
-)
+from prompttune.testing import colours_task_file  # noqa: E402
+from tests.support import CountingBackend, oracle_config, oracle_for, task_of  # noqa: E402
 
 
 def _bridge(tmp_path: Path, cap: int, seed: int = 0):

@@ -15,7 +15,8 @@ from prompttune.dspy_bridge.engine import MeteredEngine  # noqa: E402
 from prompttune.engine.study import run_study  # noqa: E402
 from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
 from prompttune.search_spaces.prompt import PromptSpec  # noqa: E402
-from tests.support import colours_task_file, oracle_for  # noqa: E402
+from prompttune.testing import colours_task_file  # noqa: E402
+from tests.support import oracle_for  # noqa: E402
 
 FULL = 0.9  # compare flags an arm that spent less of the cap (fairness.FULL_SPEND)
 DEV = {1000: 200, 2000: 300}  # compare's default dev split at each cap

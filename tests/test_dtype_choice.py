@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from prompttune.backends.transformers_backend import resolve_dtype, reuse_by_default
+from prompttune.backends.transformers_setup import resolve_dtype, reuse_by_default
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:1"])

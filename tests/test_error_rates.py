@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from prompttune.optimizers import OPTIMIZERS
-from tests.support import error_rate_run
+from prompttune.testing import error_rate_run
 
 SEEDS = range(25)
 

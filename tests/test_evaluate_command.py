@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.errors import UserError
 from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
 from prompttune.tasks import SplitSizes, load_task
+from prompttune.testing import SyntheticOracleBackend
 from tests.support import CountingBackend
 
 COLOURS = ["red", "green", "blue"]

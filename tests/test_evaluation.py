@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.errors import BudgetExhausted
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
@@ -14,7 +13,8 @@ from prompttune.evaluation.extraction import extract_label
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.proposer import Proposer
 from prompttune.search_spaces import default_space
-from tests.support import CountingBackend, synthetic_task
+from prompttune.testing import SyntheticOracleBackend, synthetic_task
+from tests.support import CountingBackend
 
 
 def _setup(cap: int | None, cache: ResultCache | None = None):

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from prompttune.backends.factory import build_backend
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
 from prompttune.engine import export as export_module
 from prompttune.engine.export import export

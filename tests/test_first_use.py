@@ -14,12 +14,12 @@ import pytest
 
 import prompttune
 from prompttune import Task
-from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
 from prompttune.cli import main
 from prompttune.core.errors import UserError
 from prompttune.engine import results, study
 from prompttune.optimizers.proposer import usable_critique
-from tests.support import colours_task_file, oracle_for, run_oracle
+from prompttune.testing import SyntheticOracleBackend, colours_task_file, demo_task, run_oracle
+from tests.support import oracle_for
 
 REPO = Path(__file__).resolve().parent.parent
 README_TASK = REPO / "examples" / "custom_task" / "reviews_with_prompt.yaml"
@@ -84,7 +84,7 @@ def test_a_task_file_with_a_label_seen_once_warns_on_the_terminal(tmp_path: Path
 
 def test_dir_lists_the_api() -> None:
     listed = dir(prompttune)
-    assert {"optimize", "evaluate", "compare", "resume", "Task", "RunResult", "Backend"} <= set(listed)
+    assert {"optimize", "evaluate", "compare", "resume", "load_run", "Task", "RunResult", "Backend"} <= set(listed)
     assert all(name in listed for name in prompttune.__all__)
 
 

@@ -11,7 +11,7 @@ import pytest
 from transformers.quantizers import quantizer_gguf
 
 from prompttune.backends.gguf_parts import gguf_tokenizer_and_config, parts_folder
-from prompttune.backends.transformers_backend import embedded_model_path, without_gguf_dtype_advice
+from prompttune.backends.transformers_setup import embedded_model_path, without_gguf_dtype_advice
 
 pytestmark = pytest.mark.integration
 

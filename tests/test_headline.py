@@ -12,7 +12,8 @@ import pytest
 
 from benchmarks import headline
 from prompttune.engine import comparison
-from tests.support import colours_task_file, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import oracle_for
 
 
 def _git(repo: Path, *args: str) -> None:

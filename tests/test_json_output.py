@@ -9,7 +9,8 @@ import pytest
 
 from prompttune.cli import main
 from prompttune.engine import comparison, evaluation, study
-from tests.support import colours_task_file, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import oracle_for
 
 SIZES = ["--train-size", "60", "--dev-size", "60", "--test-size", "90"]
 

@@ -1,5 +1,5 @@
 """The openai backend against a real llama.cpp server, and its retry/routing logic against tiny
-fake servers (tests/fake_openai.py) that fail on command."""
+fake servers (prompttune/testing/fake_openai.py) that fail on command."""
 
 from __future__ import annotations
 
@@ -14,14 +14,16 @@ import pytest
 from prompttune.backends.factory import build_backend
 from prompttune.backends.openai_backend import Api, OpenAIBackend
 from prompttune.backends.openai_chat import render_wire
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, TransformersBackend
+from prompttune.backends.transformers_backend import TransformersBackend
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.config import BackendConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
-from tests.fake_openai import FakeServer
-from tests.llama_server import free_port, llama_server  # noqa: F401  (session fixture)
+from prompttune.testing.fake_openai import FakeServer
+from prompttune.testing.llama_server import free_port
+from tests.llama_server import llama_server  # noqa: F401  (session fixture)
 
 
 def _backend(urls: list[str], concurrency: int = 8, retries: int = 4, timeout: float = 60.0,

@@ -8,7 +8,7 @@ import pytest
 
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.tasks.base import SplitSizes
-from tests.support import critique, oracle_accuracy, run_oracle
+from prompttune.testing import critique, oracle_accuracy, run_oracle
 
 BEST_ACCURACY = 0.9
 
@@ -180,7 +180,7 @@ def test_p2g_error_directions_keep_fp_and_fn_separate() -> None:
 def test_cople_swaps_an_influential_word_through_the_accept_rule() -> None:
     """The oracle rewards 'Pick' over 'Name'; the space declares the slot's alternatives."""
     from prompttune.search_spaces.space import Dimension, SearchSpace
-    from tests.support import oracle_space
+    from prompttune.testing import oracle_space
 
     base = oracle_space()
     space = SearchSpace("words", base.base.with_updates(instruction="{verb} the colour ({labels})."),

@@ -1,6 +1,6 @@
 """Outages with `--backend openai`: a server killed mid-run and restarted loses nothing (a real llama.cpp
 server); one that never returns stops the run at the deadline, resumably, with nothing paid twice
-(fake servers, tests/fake_openai.py, for exact counts and short deadlines)."""
+(fake servers, prompttune/testing/fake_openai.py, for exact counts and short deadlines)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 from prompttune.backends.openai_backend import OpenAIBackend
-from prompttune.backends.transformers_backend import EMBEDDED_MODEL, embedded_model_path
+from prompttune.backends.transformers_setup import EMBEDDED_MODEL, embedded_model_path
 from prompttune.cli import EXIT_UNAVAILABLE, main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
@@ -30,9 +30,10 @@ from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.search_spaces import default_space
-from tests.fake_openai import FakeServer
-from tests.llama_server import LlamaServer
-from tests.support import oracle_config, synthetic_task
+from prompttune.testing import synthetic_task
+from prompttune.testing.fake_openai import FakeServer
+from prompttune.testing.llama_server import LlamaServer
+from tests.support import oracle_config
 
 PROBES = 2  # completions the backend's start-up probe sends (next-token, then echo)
 LABELS = 3  # the colours task: an echo-mode scored example is one request per label

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import prompttune
-from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.cli import main
 from prompttune.comparing.arms import load_arm_run
 from prompttune.core.config import RunConfig
@@ -19,7 +18,8 @@ from prompttune.engine import comparison, evaluation
 from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.engine.results import RunResult
 from prompttune.engine.study import run_study, run_versions
-from tests.support import colours_task_file, oracle_config, oracle_for
+from prompttune.testing import SyntheticOracleBackend, colours_task_file
+from tests.support import oracle_config, oracle_for
 
 
 def red_collapses(text: str) -> float:

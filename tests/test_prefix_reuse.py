@@ -137,7 +137,7 @@ def test_batch_composition_changes_no_score_in_fp32(backend: TransformersBackend
 
 
 def test_appending_cache_decodes_what_stock_generate_decodes(backend: TransformersBackend, task: Task) -> None:
-    """Decoding on `_AppendLayer`s (views of buffers with room, no per-step concatenation) gives
+    """Decoding on `AppendLayer`s (views of buffers with room, no per-step concatenation) gives
     stock `generate`'s tokens and log-probs bit for bit: greedy batches with a shared prefix and
     padding, and a seeded sample long enough to outgrow the buffers once."""
     plain = default_space(task).default_candidate().spec.with_updates(
@@ -213,12 +213,12 @@ def test_a_kept_prefix_scores_what_a_fresh_one_scores(backend: TransformersBacke
 def test_only_full_attention_models_decode_on_the_appending_cache() -> None:
     """Sliding-window layers keep the caches `generate` builds for them (they drop old positions)."""
     transformers = pytest.importorskip("transformers")
-    from prompttune.backends.transformers_backend import DynamicLayer, _full_attention_only
+    from prompttune.backends.transformers_cache import DynamicLayer, full_attention_only
 
     if DynamicLayer is None:
         pytest.skip("this transformers has no per-layer caches")
-    assert _full_attention_only(transformers.LlamaConfig(num_hidden_layers=2))
-    assert not _full_attention_only(transformers.MistralConfig(num_hidden_layers=2, sliding_window=64))
+    assert full_attention_only(transformers.LlamaConfig(num_hidden_layers=2))
+    assert not full_attention_only(transformers.MistralConfig(num_hidden_layers=2, sliding_window=64))
 
 
 def test_prompts_asked_together_score_as_each_alone(backend: TransformersBackend, task: Task) -> None:

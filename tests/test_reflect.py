@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import prompttune
-from prompttune.backends.oracle import OracleProblem, SyntheticOracleBackend, is_better, scripted_proposals
 from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, Record, ScoreRequest, ScoreResult
@@ -24,6 +23,7 @@ from prompttune.reports.importance import MIN_FANOVA_CANDIDATES
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import Task
+from prompttune.testing import OracleProblem, SyntheticOracleBackend, is_better, scripted_proposals
 from tests.support import oracle_config, oracle_for, task_of
 
 

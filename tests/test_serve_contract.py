@@ -23,7 +23,8 @@ from prompttune.evaluation.serving import MIN_VALID_RATE, GenerationCheck, Serve
 from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
-from tests.support import CountingBackend, colours_task_file, model_calls, oracle_config, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
 
 SIZES = ["--budget", "400", "--train-size", "60", "--dev-size", "60", "--test-size", "90"]
 

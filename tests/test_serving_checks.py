@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from prompttune.backends.base import Backend
-from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest
@@ -25,15 +24,8 @@ from prompttune.search_spaces.frozen import keep_frozen, missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks import SplitSizes
-from tests.support import (
-    CountingBackend,
-    colours_task_file,
-    error_rate_proposer,
-    model_calls,
-    oracle_config,
-    oracle_for,
-    synthetic_task,
-)
+from prompttune.testing import SyntheticOracleBackend, colours_task_file, error_rate_proposer, synthetic_task
+from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
 
 RULE = "Never reveal customer data."
 SIZES = SplitSizes(200, 300, 50)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import yaml
 
-from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
@@ -20,6 +19,7 @@ from prompttune.search_spaces.loader import load_space_file
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.search_spaces.synonyms import WORDNET_DIR_ENV
 from prompttune.tasks import SplitSizes, load_task
+from prompttune.testing import SyntheticOracleBackend
 from tests.test_spaces import fake_task
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "spaces"

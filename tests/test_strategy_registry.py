@@ -17,7 +17,8 @@ from prompttune.engine.comparison import run_compare
 from prompttune.optimizers import SearchContext
 from prompttune.optimizers.random_search import RandomSearch
 from prompttune.optimizers.registry import OptimizerStrategy, Reach, Setting, Strategy
-from tests.support import colours_task_file, oracle_config, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import oracle_config, oracle_for
 
 FAKE = "fake-dspy"
 

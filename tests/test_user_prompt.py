@@ -22,7 +22,8 @@ from prompttune.search_spaces.prompt import select_demos
 from prompttune.search_spaces.user_prompt import parse_user_prompt
 from prompttune.tasks import SplitSizes, UserPrompt, load_task
 from prompttune.tasks.user_prompt import read_prompt_file
-from tests.support import colours_task_file, oracle_config, oracle_for
+from prompttune.testing import colours_task_file
+from tests.support import oracle_config, oracle_for
 
 WORDS = ("red", "green", "blue")
 SIZES = SplitSizes(60, 60, 90)

@@ -20,7 +20,8 @@ from prompttune.optimizers.contract import Challenge, IncumbentSearch, TrialRequ
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.search_spaces.prompt import PromptSpec
-from tests.support import oracle_config, oracle_for, run_oracle
+from prompttune.testing import run_oracle
+from tests.support import oracle_config, oracle_for
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))

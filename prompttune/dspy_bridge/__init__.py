@@ -32,7 +32,7 @@ from prompttune.optimizers.registry import (
 )
 
 if TYPE_CHECKING:
-    from prompttune.dspy_bridge.optimizers import DspyArm
+    from prompttune.dspy_bridge.arm import DspyArm
 
 DSPY_ARMS = ("dspy-mipro", "dspy-bfrs", "dspy-gepa", "dspy-copro", "dspy-simba")  # dspy_bridge.optimizers
 REACH = {  # what each arm can change in a prompt (`Reach`)
@@ -83,7 +83,7 @@ def dspy_arm(config: RunConfig, context: SearchContext) -> DspyArm:
     """A DSPy arm's settings sized to the cap and the run's splits (a `UserError` where its smallest run does not
     fit): building the arm checks them, a dry run shows them."""
     require_dspy(config.optimizer)
-    from prompttune.dspy_bridge.optimizers import Sizes
+    from prompttune.dspy_bridge.arm import Sizes
     from prompttune.dspy_bridge.search import dspy_settings
 
     return dspy_settings(config.optimizer, context.budget, Sizes(len(context.train_ids), len(context.dev_ids)),
@@ -95,7 +95,8 @@ def dspy_entry(name: str) -> StrategyEntry:
 
     def check(options: dict[str, Any], cap: int, train: int, dev: int) -> None:
         require_dspy(name)
-        from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, Sizes
+        from prompttune.dspy_bridge.arm import Sizes
+        from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
 
         DSPY_OPTIMIZERS[name](cap, Sizes(train, dev), options)
 

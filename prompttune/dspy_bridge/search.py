@@ -26,8 +26,9 @@ import numpy as np
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Record
 from prompttune.dspy_bridge.adapter import EvaluationPrefetch, PromptSpecAdapter
+from prompttune.dspy_bridge.arm import DspyArm, Sizes, Tools
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
-from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS, DspyArm, Sizes, Tools
+from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
 from prompttune.dspy_bridge.program import ProgramMapping
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger

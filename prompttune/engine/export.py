@@ -447,8 +447,8 @@ def _segments(text: str) -> list[list[str]]:
 def run_tokenizer(config: RunConfig) -> Any:
     """The tokenizer the run's backend rendered chat prompts and found labels' first tokens with (None
     where it had none: a server of another model, reached without --tokenizer)."""
-    from prompttune.backends.openai_backend import embedded_tokenizer_if_served, load_tokenizer
-    from prompttune.backends.transformers_backend import embedded_model_path
+    from prompttune.backends.openai_tokenizers import embedded_tokenizer_if_served, load_tokenizer
+    from prompttune.backends.transformers_setup import embedded_model_path
 
     if config.tokenizer:
         return load_tokenizer(config.tokenizer)

@@ -5,10 +5,10 @@ bootstraps with k in 1..max_demos. A bootstrap keeps train examples the current 
 correctly as demos. Every program is scored on the full dev split and ranked by its score; the
 held-out verdict decides whether the leader ships.
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="bfrs", budget=1000,

@@ -9,10 +9,10 @@
    bounded per sweep). Sweeps repeat until one accepts nothing (then, optionally, one free-form
    rewrite by the proposer is challenged and, if accepted, refinement resumes) or the budget ends.
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="cople", budget=1000, options={"synonyms": ""},

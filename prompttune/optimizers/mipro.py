@@ -10,10 +10,10 @@ comparisons are paired. Trials go on while the cap pays for one more and its ful
 calls left then fully evaluate the next candidates by minibatch score, so a capped run spends its cap
 (at 2,000 calls it used to stop at 84% of it).
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="mipro", budget=1000,

@@ -8,10 +8,10 @@ when the driver accepts its challenge on dev. The children of one expansion form
 (false accepts bounded per expansion). Expansion is a tree: each accepted node is expanded
 again, up to `max_depth` levels with at most `nodes_per_level` candidates each.
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="p2g", budget=1000, options={"minibatch": 60, "min_errors": 3},

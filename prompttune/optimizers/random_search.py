@@ -1,9 +1,9 @@
 """Random search: uniform valid candidates, each on the full dev split — the honest baseline.
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="random", budget=600,

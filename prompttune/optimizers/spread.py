@@ -6,10 +6,10 @@ from one shared order; Beta posteriors start from a prior centred on the baselin
 The first half of the budget maximises, the second half minimises. The leader is the arm with
 the highest posterior mean; the driver pairs it with the baseline and the held-out verdict decides.
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="spread", budget=600, options={"formats": 12},

@@ -4,10 +4,10 @@ Round r scores every survivor on a fresh block of dev examples — the same bloc
 survivors, so comparisons stay paired — and ranks them on all blocks seen so far. The preset
 `seed` reproduces the schedule 1,440×20 → 360×40 → 90×80 → 22×160 → 5×500 exactly.
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="sh", budget=600,

@@ -16,10 +16,10 @@ on paired dev examples. Read top to bottom: the stages, then what each hands the
 
 Why these choices, and the accuracies that decided each default: docs/optimizers.md (reflect).
 
-Example, on the synthetic oracle (a test device, `prompttune.backends.oracle.OracleProblem`: a
+Example, on the synthetic oracle (a test device, `prompttune.testing.OracleProblem`: a
 prompt is better, 0.85 against 0.55, when its instruction says 'Pick' or it carries 2+ demos)::
 
-    >>> from prompttune.backends.oracle import OracleProblem
+    >>> from prompttune.testing import OracleProblem
     >>> import prompttune
     >>> problem = OracleProblem.colours()
     >>> run = prompttune.optimize(problem.task, optimizer="reflect", budget=800,

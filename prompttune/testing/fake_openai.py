@@ -1,6 +1,6 @@
-"""A tiny OpenAI-compatible server for tests (stdlib http.server in threads): completions and chat
-completions, failing, slowing down or dying on command (the `fakes` fixture in conftest.py stops
-the ones a test started)."""
+"""A TEST DEVICE: a tiny OpenAI-compatible server for tests and benchmarks (stdlib http.server in
+threads): completions and chat completions, failing, slowing down or dying on command (the `fakes`
+fixture in tests/conftest.py stops the ones a test started)."""
 
 from __future__ import annotations
 

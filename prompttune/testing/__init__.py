@@ -1,0 +1,374 @@
+"""TEST DEVICES, not models: the synthetic colour tasks and the oracle backend that answers them with
+known per-prompt accuracies, the problems the suite, the benchmarks and the docstrings' runnable examples
+run on (here once, so tests and benchmarks share them and backends/ holds only real backends). The fake
+and the llama.cpp OpenAI-compatible servers are `prompttune.testing.fake_openai` and `.llama_server`.
+
+`SyntheticOracleBackend`: correctness of (prompt, example) is a deterministic coin flip with the
+probability that `accuracy_of(prompt_text)` returns; the gold label is looked up from the examples
+it was given (the query is the last example text that appears in the prompt). With
+`difficulty_correlation` rho > 0 the coins of different prompts on one example share a per-example
+difficulty (a Gaussian copula: latent sqrt(rho) z_example + sqrt(1 - rho) z_prompt), as real prompts
+on one model do: accuracies stay as declared, errors pile up on hard examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import NormalDist
+from typing import Any, Callable, Iterable, Sequence
+
+from prompttune.backends.base import Backend, Request
+from prompttune.core.config import RunConfig
+from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.engine.results import RunResult
+from prompttune.engine.study import run_study
+from prompttune.evaluation.confirmation import Verdict
+from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.optimizers.driver import SearchOutcome
+from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
+from prompttune.search_spaces.space import Dimension, SearchSpace
+from prompttune.tasks.base import SplitSizes, Task, make_splits
+
+_KEY = 16
+_GENERATED_TOKENS = 8  # what every generation reports, whatever it says, unless max_new_tokens is less
+_NORMAL = NormalDist()
+
+
+def _generated_tokens(request: GenerateRequest) -> int:
+    return min(_GENERATED_TOKENS, request.max_new_tokens)
+
+
+def _unit(*parts: str) -> float:
+    digest = hashlib.sha256("\x1f".join(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class SyntheticOracleBackend(Backend):
+    """A TEST DEVICE, not a model: known accuracies per prompt (the module docstring says how)."""
+
+    def __init__(self, examples: Iterable[Example], accuracy_of: Callable[[str], float],
+                 seed: int = 0, proposals: Callable[[str], str] | None = None,
+                 difficulty_correlation: float = 0.0) -> None:
+        if not 0.0 <= difficulty_correlation < 1.0:
+            raise ValueError(f"difficulty_correlation must be in [0, 1), got {difficulty_correlation}")
+        self.rho = difficulty_correlation
+        self.examples = list(examples)
+        self.accuracy_of = accuracy_of
+        self.seed = str(seed)
+        self.proposals = proposals or (lambda text: f"Proposal {_unit(text, self.seed):.6f}")
+        self.model_id = f"synthetic-oracle-{seed}"
+        self._index: dict[str, list[tuple[Example, str]]] = {}
+        for ex in self.examples:
+            for value in ex.fields.values():
+                if len(value) < _KEY:
+                    raise ValueError(f"oracle: example texts need at least {_KEY} characters")
+                self._index.setdefault(value[:_KEY], []).append((ex, value))
+
+    @classmethod
+    def for_task(cls, task: Task, accuracy_of: Callable[[str], float], **options: Any) -> "SyntheticOracleBackend":
+        """The oracle over every example of `task`'s splits."""
+        return cls([ex for split in task.splits.values() for ex in split], accuracy_of, **options)
+
+    def to_text(self, prompt: Prompt) -> str:
+        if prompt.messages is None:
+            return prompt.text or ""
+        return "\n".join(f"<{role}>{content}" for role, content in prompt.messages) + prompt.assistant_prefix
+
+    def _query(self, text: str) -> Example | None:
+        """The example whose text occurs last in the prompt is the one being asked about (None: the
+        prompt holds no example, as calibration's content-free probes do).
+
+        Texts are indexed by their first characters so a lookup scans the prompt once.
+        """
+        for pos in range(len(text) - _KEY + 1, -1, -1):
+            for ex, value in self._index.get(text[pos:pos + _KEY], ()):
+                if text.startswith(value, pos):
+                    return ex
+        return None
+
+    def _draw(self, text: str, example: Example) -> float:
+        """Uniform on [0, 1) per (prompt, example); correlated across prompts when rho > 0."""
+        own = _unit(text, self.seed, "correct")
+        if not self.rho:
+            return own
+        def z(u: float) -> float:
+            return _NORMAL.inv_cdf(min(max(u, 1e-12), 1 - 1e-12))
+        shared = z(_unit(example.id, self.seed, "difficulty"))
+        return _NORMAL.cdf(math.sqrt(self.rho) * shared + math.sqrt(1 - self.rho) * z(own))
+
+    def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
+        """Exact, in the oracle's own units: a prompt costs its words, a label continuation one token."""
+        return [1 if continuation else len(text.split()) for text in texts]
+
+    def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        results = []
+        for r in requests:
+            n = len(r.continuations)
+            example = self._query(r.text)
+            if example is None:  # a content-free probe (calibration): no label preferred
+                results.append(ScoreResult((-1.0,) * n, len(r.text.split()), n))
+                continue
+            correct = self._draw(r.text, example) < self.accuracy_of(r.text)
+            wrong = (example.label + 1 + int(_unit(r.text, self.seed, "wrong") * (n - 1))) % n
+            winner = example.label if correct else wrong
+            logprobs = tuple(-0.1 if i == winner else -3.0 for i in range(n))
+            results.append(ScoreResult(logprobs, len(r.text.split()), n))
+        return results
+
+    def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
+        return [GenerateResult(self._reply(r), (), len(r.text.split()), _generated_tokens(r)) for r in requests]
+
+    def _reply(self, request: GenerateRequest) -> str:
+        """The proposal for the text; a sampled request's is marked with a draw that only
+        (text, temperature, seed) decide, so distinct seeds give distinct texts."""
+        text = self.proposals(request.text)
+        if not request.temperature:
+            return text
+        draw = _unit(request.text, self.seed, str(request.temperature), str(request.seed), "sample")
+        return f"{text} (draw {draw:.6f})"
+
+    def token_bounds(self, requests: Sequence[Request]) -> list[int]:
+        """Exactly what `score` and `generate` will report: the oracle knows a generation's length
+        before it runs, so it takes the place of `max_new_tokens` in the base class's bound."""
+        return [bound - r.max_new_tokens + _generated_tokens(r) if isinstance(r, GenerateRequest) else bound
+                for r, bound in zip(requests, super().token_bounds(requests))]
+
+
+COLOURS = ("red", "green", "blue")
+GOOD_INSTRUCTION = "Pick the colour of the item ({labels})."
+OTHER_INSTRUCTIONS = ("Say the colour of the item ({labels}).", "Tell me which colour the item has ({labels}).")
+
+
+# -- the colours task as rows, as a task and as a task file for runs through the real commands -------
+
+def painted_rows(per_colour: int) -> list[dict[str, str]]:
+    """`per_colour` items of each colour, colours in turn: the rows of `demo_task` and `colours_task_file`."""
+    return [{"text": f"item {i:03d} is painted {colour} all over", "colour": colour}
+            for i in range(per_colour) for colour in COLOURS]
+
+
+def demo_task(per_label: int = 40) -> Task:
+    """A three-colour task for the oracle (test-device data for examples and doctests): 40 items per
+    colour, drawn into train/dev/test halves and quarters."""
+    return Task.from_records(painted_rows(per_label), label="colour", name="colours")
+
+
+def colours_task_file(directory: Path, per_colour: int = 120) -> Path:
+    """The colours task as a CSV and a task file in `directory` (created), for the commands and `RunConfig`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [f"{row['text']},{row['colour']}" for row in painted_rows(per_colour)]
+    (directory / "colours.csv").write_text("text,colour\n" + "\n".join(rows) + "\n")
+    path = directory / "colours.yaml"
+    path.write_text("name: colours\ndata: colours.csv\ntext_columns: [text]\nlabel_column: colour\n"
+                    "labels: {red: [red], green: [green], blue: [blue]}\n")
+    return path
+
+
+# -- a ready-made problem on the oracle, for the runnable examples in the optimizers' docstrings ----
+
+def _digest(text: str) -> int:
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+
+
+def is_better(text: str, rare: bool = False) -> bool:
+    """The truly better prompts of `OracleProblem` and the error-rate problem: 'Pick' in the instruction,
+    or two or more demos (query included: 3 texts); `rare`: only 'Pick' with the 'Label:' output and the
+    ' | ' separator (3 of the error-rate space's 54 prompts, whatever the field name), so a search must
+    find three choices together."""
+    if rare:
+        return "Pick the colour" in text and "Label:" in text and " | " in text
+    return "Pick the colour" in text or text.count(" is about colour ") >= 3
+
+
+def scripted_proposals(text: str) -> str:
+    """A scripted proposer that depends only on what it was asked (its calls are cached by prompt):
+    critiques and task summaries, a word list, or one of three instructions, one of them good."""
+    if "In one sentence" in text or "Describe in one sentence" in text:
+        return f"Mention the colour list explicitly (note {_digest(text) % 1000:03d})."
+    if "single words" in text:
+        return "Choose, Give"
+    return (GOOD_INSTRUCTION, *OTHER_INSTRUCTIONS)[_digest(text) % 3]
+
+
+@dataclass
+class OracleProblem:
+    """A TEST DEVICE, not a task: a three-colour problem on the `SyntheticOracleBackend`, with a search
+    space that every strategy can improve in its own way: the word slot `{verb}` (Name, Pick, State),
+    the output and field formats, proposed instructions (`scripted_proposals`) and demo sets. By
+    default a prompt is better (0.85 against 0.55) when `is_better` says so. For the runnable examples
+    in the optimizers' docstrings, which run it through `prompttune.optimize`."""
+
+    task: Task
+    space: SearchSpace
+    backend: SyntheticOracleBackend
+
+    @classmethod
+    def colours(cls, accuracy: Callable[[str], float] | None = None, sizes: tuple[int, int, int] = (60, 120, 60),
+                seed: int = 0) -> "OracleProblem":
+        """Train, dev and test of `sizes` examples (colours in turn); `accuracy` of a prompt's text
+        (default: 0.85 when `is_better`, else 0.55)."""
+        n = sum(sizes)
+        examples = [Example(f"colour-{i:04d}", {"text": f"item {i:04d} is about colour {COLOURS[i % 3]}."}, i % 3)
+                    for i in range(n)]
+        train, dev, test = (examples[:sizes[0]], examples[sizes[0]:sizes[0] + sizes[1]],
+                            examples[sizes[0] + sizes[1]:])
+        base = PromptSpec(instruction="{verb} the colour of the item ({labels}).",
+                          input_templates=(("text", "Input: {}"),), label_words=COLOURS)
+        space = SearchSpace("oracle-colours", base, [
+            Dimension("verb", ("Name", "Pick", "State"), "slot:verb", kind="word"),
+            Dimension("output", ("Answer: {}", "Label: {}", "Colour: {}"), "output_template"),
+            Dimension("field", ("Input: {}", "Text: {}", "Item: {}"), "input:text")]).bind(train)
+        backend = SyntheticOracleBackend(examples, accuracy or (lambda text: 0.85 if is_better(text) else 0.55),
+                                         seed=seed, proposals=scripted_proposals)
+        task = Task("oracle-colours", list(COLOURS), [[c] for c in COLOURS], ["text"],
+                    {"train": train, "dev": dev, "test": test})
+        return cls(task, space, backend)
+
+
+# -- runs on the oracle through the run engine, and the error-rate problem ------------------------
+
+def synthetic_task(n_per_class: int = 60, seed: int = 0, sizes: SplitSizes = SplitSizes(40, 60, 60)) -> Task:
+    """A three-class task with unique, searchable texts (for the synthetic oracle)."""
+    labels = ["red", "green", "blue"]
+    pool = [Example(f"syn-{c}-{i}", {"text": f"item {c}-{i} is about colour {labels[c]} number {i}."}, c)
+            for c in range(3) for i in range(n_per_class)]
+    splits = make_splits({"train": pool, "dev": pool, "test": pool}, sizes, seed, "synthetic")
+    return Task("synthetic", labels, [[w, w.upper()] for w in labels], ["text"], splits,
+                "Name the colour.")
+
+
+FIELDS = ("Input: {}", "Text: {}", "Data: {}", "Query: {}", "Item: {}", "Example: {}")
+OUTPUTS = ("Answer: {}", "Label: {}", "Output: {}", "Class: {}", "Colour: {}", "Result: {}")
+INSTRUCTIONS = ("Name the colour.", "Which colour is it?", "Pick the colour ({labels}).",
+                "Classify the colour.", "State the colour.")
+SEPARATORS = ("\n", " ", "\n\n", " | ", " ; ", " / ", " -- ", "\t")
+# 6 × 6 × 5 × 8 = 1,440 candidates: the size of the successive-halving seed schedule.
+
+
+def oracle_accuracy(text: str) -> float:
+    """Known ground truth: 'Colour:' output + 'Pick the colour' instruction is best (0.9)."""
+    accuracy = 0.5
+    accuracy += 0.25 if "Colour:" in text else 0.0
+    accuracy += 0.15 if "Pick the colour" in text else 0.0
+    accuracy -= 0.1 if "Data:" in text else 0.0
+    return accuracy
+
+
+def oracle_space() -> SearchSpace:
+    """1,440 prompts over field, output, instruction and separator, scored by `oracle_accuracy`."""
+    dims = [Dimension("field", FIELDS, "input:text"), Dimension("output", OUTPUTS, "output_template"),
+            Dimension("instruction", INSTRUCTIONS, "instruction", kind="instruction"),
+            Dimension("separator", SEPARATORS, "intra_separator")]
+    base = PromptSpec(input_templates=(("text", "Input: {}"),), label_words=("red", "green", "blue"))
+    return SearchSpace("oracle", base, dims)
+
+
+@dataclass
+class OracleRun:
+    """A `run_oracle` result with the task and oracle it ran on, so tests can ask what was truly better."""
+
+    result: RunResult
+    task: Task
+    backend: SyntheticOracleBackend
+
+    @property
+    def outcome(self) -> SearchOutcome:
+        return self.result.outcome
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.result.verdict
+
+    @property
+    def ledger(self) -> BudgetLedger:
+        return self.result.search_ledger
+
+    @property
+    def optimizer(self):
+        return self.result.strategy.optimizer
+
+    @property
+    def storage(self):
+        return self.result.trials
+
+
+def run_oracle(optimizer: str, budget: int, seed: int = 0, sizes: SplitSizes = SplitSizes(200, 300, 50),
+               space: SearchSpace | None = None, options: dict | None = None,
+               accuracy: Callable[[str], float] = oracle_accuracy, proposals: Callable[[str], str] | None = None,
+               correlation: float = 0.0, alpha: float = 0.05, dev_alpha: float = 0.10, confirm_top: int = 1) -> OracleRun:
+    """One search on the oracle and the held-out verdict, through the run engine (no run directory)."""
+    task = synthetic_task(n_per_class=max(200, sum(vars(sizes).values()) // 3 + 1), sizes=sizes)
+    backend = SyntheticOracleBackend.for_task(task, accuracy, seed=seed, proposals=proposals,
+                                              difficulty_correlation=correlation)
+    config = RunConfig(task=task.name, optimizer=optimizer, budget=budget, seed=seed, optimizer_options=options or {},
+                       alpha=alpha, dev_alpha=dev_alpha, confirm_top=confirm_top, train_size=sizes.train,
+                       dev_size=sizes.dev, test_size=sizes.test)
+    result = run_study(config, task=task, space=space or oracle_space(), backend=backend, record=False)
+    return OracleRun(result, task, backend)
+
+
+# -- the error-rate problem (benchmarks/error_rates.py and its small version in the suite) ------------
+# One space that every optimizer can improve in its own way: the word slot `{verb}` (random, sh,
+# spread, cople), proposed instructions (p2g, mipro) and demo sets (bfrs, mipro). A prompt is
+# "better" when it says "Pick" or carries at least two demos; every other prompt has the base
+# accuracy. Under the null (delta = 0) every prompt is equally good.
+
+ERROR_RATE_SIZES = SplitSizes(200, 300, 1000)
+
+
+def error_rate_space() -> SearchSpace:
+    dims = [Dimension("verb", ("Name", "Pick", "State"), "slot:verb", kind="word"),
+            Dimension("field", ("Input: {}", "Text: {}", "Item: {}"), "input:text"),
+            Dimension("output", ("Answer: {}", "Label: {}", "Colour: {}"), "output_template"),
+            Dimension("separator", ("\n", " | "), "intra_separator")]
+    base = PromptSpec(instruction="{verb} the colour of the item ({labels}).",
+                      input_templates=(("text", "Input: {}"),), label_words=("red", "green", "blue"))
+    return SearchSpace("error-rates", base, dims)
+
+
+def error_rate_accuracy(delta: float, base: float = 0.6, rare: bool = False) -> Callable[[str], float]:
+    """`base`, and `base + delta` for the prompts `is_better` names (delta 0: the null)."""
+    return lambda text: base + delta if is_better(text, rare) else base
+
+
+def critique(text: str) -> str:
+    """A scripted critic's answer that depends on what it was shown, as a real model's does: proposer
+    calls are cached by prompt, so a constant critique would make every edit prompt alike."""
+    return f"Mention the colour list explicitly (note {hashlib.sha256(text.encode()).hexdigest()[:6]})."
+
+
+def error_rate_proposer() -> Callable[[str], str]:
+    """Scripted proposer: critiques and summaries, word lists, and instructions of which one in three is good."""
+    turn = [0]
+
+    def propose(text: str) -> str:
+        if "In one sentence" in text or "Describe in one sentence" in text:
+            return critique(text)
+        if "single words" in text:
+            return "shade, tint"
+        turn[0] += 1
+        return (GOOD_INSTRUCTION, *OTHER_INSTRUCTIONS)[turn[0] % 3]
+    return propose
+
+
+def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float, rare: bool = False,
+                   options: dict | None = None) -> dict:
+    """One search and verdict on the error-rate problem: did it confirm, is what ships truly better?"""
+    run = run_oracle(name, budget, seed=seed, sizes=ERROR_RATE_SIZES, space=error_rate_space(),
+                     accuracy=error_rate_accuracy(delta, rare=rare), proposals=error_rate_proposer(),
+                     correlation=rho, options=options)
+    train = {e.id: e for e in run.task.splits["train"]}
+    example = run.task.splits["test"][0]
+
+    def better(spec: PromptSpec) -> bool:
+        return is_better(run.backend.to_text(render(spec, example, select_demos(spec, train))), rare)
+
+    verdict, outcome = run.verdict, run.outcome
+    return {"confirmed": verdict.confirmed is not None,
+            "ships_better": verdict.confirmed is not None and better(verdict.shipped.spec),
+            "leader_better": better(outcome.leader.spec),
+            "leader_is_baseline": outcome.leader.id == run.optimizer.baseline.id,
+            "sweeps": outcome.sweeps, "sweeps_with_accept": outcome.sweeps_with_accept, "calls": run.ledger.calls}
