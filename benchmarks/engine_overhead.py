@@ -48,8 +48,8 @@ from prompttune.backends.base import Request, WrappedBackend  # noqa: E402
 from prompttune.backends.oracle import SyntheticOracleBackend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult  # noqa: E402
-from prompttune.engine.results import RunResult  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
+from prompttune.results.run import RunResult  # noqa: E402
 
 # The H200 figures of issue 42 (commit af01368, bf16 as `--dtype auto` picks on CUDA).
 H200_SCORE_RATE = 1067.0  # 0-demo label scoring with prefix reuse, prompts/s at batch 128

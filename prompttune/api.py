@@ -19,10 +19,10 @@ from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.comparison import Comparison, run_compare
 from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, load_evaluation_task, run_evaluation
-from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
 from prompttune.objectives import Objective
+from prompttune.results.run import RunResult
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
 

@@ -13,12 +13,12 @@ from prompttune.backends.base import Backend, WrappedBackend
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, GenerateRequest, ScoreRequest
-from prompttune.engine.results import RunResult
 from prompttune.engine.setup import load_run_task
 from prompttune.engine.study import run_study
 from prompttune.evaluation.confirmation import Verdict
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.base import SearchOutcome
+from prompttune.results.run import RunResult
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks.base import SplitSizes, Task, make_splits

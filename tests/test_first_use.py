@@ -17,8 +17,9 @@ from prompttune import Task
 from prompttune.backends.oracle import SyntheticOracleBackend, demo_task
 from prompttune.cli import main
 from prompttune.core.errors import UserError
-from prompttune.engine import results, study
+from prompttune.engine import study
 from prompttune.optimizers.proposer import usable_critique
+from prompttune.results import run as results
 from tests.support import colours_task_file, oracle_for, run_oracle
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ from prompttune.comparing.arms import load_arm_run
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, evaluation
 from prompttune.engine.comparison import Comparison, run_compare
-from prompttune.engine.results import RunResult
 from prompttune.engine.study import run_study, run_versions
+from prompttune.results.run import RunResult
 from tests.support import colours_task_file, oracle_config, oracle_for
 
 

@@ -58,8 +58,8 @@ from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import print_summary, write_report
-from prompttune.reports.html.facts import run_status
 from prompttune.reports.html_report import write_html_report
+from prompttune.results.run_record import run_status
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task

@@ -27,7 +27,7 @@ from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, score
 
 if TYPE_CHECKING:
     from prompttune.core.config import RunConfig
-    from prompttune.engine.results import RunResult
+    from prompttune.results.run import RunResult
     from prompttune.search_spaces.space import Candidate, SearchSpace
     from prompttune.tasks.base import Task
 

@@ -20,7 +20,6 @@ from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.objectives.stats import wilson_ci
 from prompttune.reports import ci_text, model_phrase
-from prompttune.reports.html.facts import FACTS, run_status
 from prompttune.reports.html.page import (
     Html,
     document,
@@ -54,6 +53,7 @@ from prompttune.reports.optimize_report import (
     rejected_line,
     server_rows,
 )
+from prompttune.results.run_record import FACTS, run_status
 
 DISCORDANT_SHOWN = 6
 INVALID = "(invalid)"

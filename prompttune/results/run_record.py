@@ -13,7 +13,7 @@ from prompttune.core.storage import write_atomic
 from prompttune.evaluation.contract import scored_by
 
 if TYPE_CHECKING:
-    from prompttune.engine.results import RunResult
+    from prompttune.results.run import RunResult
     from prompttune.tasks.base import Task
 
 FACTS = "verdict.json"
