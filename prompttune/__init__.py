@@ -15,8 +15,8 @@ __version__ = importlib.metadata.version("prompttune")  # one source: pyproject.
 _API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
         "resume": "prompttune.api", "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
         "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",
-        "RunResult": "prompttune.results.run", "EvaluationResult": "prompttune.engine.evaluation",
-        "Comparison": "prompttune.engine.comparison", "Backend": "prompttune.backends.base"}
+        "RunResult": "prompttune.results.run", "EvaluationResult": "prompttune.results.evaluate",
+        "CompareResult": "prompttune.results.compare", "Backend": "prompttune.backends.base"}
 
 __all__ = sorted(_API)
 

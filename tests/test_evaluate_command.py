@@ -9,7 +9,8 @@ import pytest
 
 from prompttune.backends.oracle import SyntheticOracleBackend
 from prompttune.core.errors import UserError
-from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
+from prompttune.engine.evaluation import run_evaluation
+from prompttune.results.evaluate import EvaluateConfig
 from prompttune.tasks import SplitSizes, load_task
 from tests.support import CountingBackend
 

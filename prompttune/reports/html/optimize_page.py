@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.comparing.plot import draw_anytime
-from prompttune.comparing.summary import t_interval
 from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
@@ -18,7 +17,7 @@ from prompttune.core.storage import read_json
 from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
-from prompttune.objectives.stats import wilson_ci
+from prompttune.objectives.stats import t_interval, wilson_ci
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.html.page import (
     Html,
