@@ -34,22 +34,24 @@ from prompttune.reports.html.page import (
 from prompttune.reports.html.tokens import marked_prompts, tokens_figure
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 from prompttune.reports.optimize_report import (
+    TOKENS_COUNTED,
+    confirmable_gain,
+    per_class_header,
+    per_class_note,
+    per_class_rows,
+    rejected_line,
+)
+from prompttune.reports.serving_sections import (
     FINALISTS_NOTE,
     SERVER_COUNTS,
     SERVERS_NOTE,
-    TOKENS_COUNTED,
     answer_shown,
-    confirmable_gain,
     finalist_header,
     finalist_rows,
     generation_header,
     generation_intro,
     generation_rows,
     generation_warnings,
-    per_class_header,
-    per_class_note,
-    per_class_rows,
-    rejected_line,
     server_rows,
 )
 from prompttune.results.run_record import FACTS, run_status
