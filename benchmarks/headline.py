@@ -31,9 +31,10 @@ from statistics import mean
 from typing import Any
 
 from prompttune.cli import main as prompttune_main
-from prompttune.comparing.arms import ARM_FILE, ArmRun, load_arm_run
-from prompttune.comparing.summary import Claim, judge_claims, p_text, t_interval
+from prompttune.comparing.summary import Claim, judge_claims, p_text
 from prompttune.core.errors import UserError
+from prompttune.objectives.stats import t_interval
+from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = "headline.json"

@@ -23,8 +23,8 @@ from rich.console import Console
 
 from prompttune.backends.transformers_backend import TransformersBackend
 from prompttune.core.config import RunConfig
-from prompttune.engine.results import RunResult
 from prompttune.engine.study import run_study
+from prompttune.results.run import RunResult
 
 
 def trials(result: RunResult) -> list[tuple]:

@@ -13,11 +13,11 @@ from typing import Any
 __version__ = importlib.metadata.version("prompttune")  # one source: pyproject.toml
 
 _API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
-        "resume": "prompttune.api", "load_run": "prompttune.api", "FinishedRun": "prompttune.engine.finished_run",
+        "resume": "prompttune.api", "load_run": "prompttune.api", "FinishedRun": "prompttune.results.finished_run",
         "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
         "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",
-        "RunResult": "prompttune.engine.results", "EvaluationResult": "prompttune.engine.evaluation",
-        "Comparison": "prompttune.engine.comparison", "Backend": "prompttune.backends.base"}
+        "RunResult": "prompttune.results.run", "EvaluationResult": "prompttune.results.evaluate",
+        "CompareResult": "prompttune.results.compare", "Backend": "prompttune.backends.base"}
 
 __all__ = sorted(_API)
 

@@ -17,13 +17,15 @@ from typing import Any, Literal, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
-from prompttune.engine.comparison import Comparison, run_compare
-from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, load_evaluation_task, run_evaluation
-from prompttune.engine.finished_run import FinishedRun, read_finished_run
-from prompttune.engine.results import RunResult
+from prompttune.engine.comparison import run_compare
+from prompttune.engine.evaluation import load_evaluation_task, run_evaluation
 from prompttune.engine.study import resume_study, run_study
 from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
 from prompttune.objectives import Objective
+from prompttune.results.compare import CompareResult
+from prompttune.results.evaluate import EvaluateConfig, EvaluationResult
+from prompttune.results.finished_run import FinishedRun, read_finished_run
+from prompttune.results.run import RunResult
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
 
@@ -139,7 +141,7 @@ def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequen
 def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = ("random", "sh"), seeds: int = 5,
             budget: int = 2000, mode: Literal["same-space", "native"] = "same-space",
             options: dict[str, dict[str, Any]] | None = None, backend: Backend | None = None,
-            progress: bool = False, **settings: Any) -> Comparison:
+            progress: bool = False, **settings: Any) -> CompareResult:
     """Run every optimizer (prompttune's and DSPy's `dspy-*` arms) at `seeds` seeds, each seed on its
     own data draw, under the same cap, model and dimensions, and compare their held-out results with
     the checks that keep it fair. Any other `RunConfig` field is a keyword.

@@ -11,8 +11,8 @@ from typing import Callable
 from prompttune.backends.base import Backend, WrappedBackend
 from prompttune.core.config import RunConfig
 from prompttune.core.types import GenerateRequest, ScoreRequest
-from prompttune.engine.results import RunResult
 from prompttune.engine.setup import load_run_task
+from prompttune.results.run import RunResult
 from prompttune.tasks.base import Task
 from prompttune.testing import SyntheticOracleBackend, colours_task_file
 

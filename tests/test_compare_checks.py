@@ -16,28 +16,29 @@ from rich.console import Console
 from prompttune.backends.base import Backend
 from prompttune.cli import main
 from prompttune.comparing.coverage import coverage_check
-from prompttune.comparing.fairness import Check, ModelWatch, Spend, caps_of, fairness_checks
+from prompttune.comparing.fairness import ModelWatch, Spend, caps_of, fairness_checks
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import GenerateRequest
 from prompttune.engine import study
-from prompttune.engine.comparison import Comparison, pick_at, run_compare
+from prompttune.engine.comparison import pick_at, run_compare
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers.random_search import RandomSearch
 from prompttune.reports.compare_report import spend_cells
+from prompttune.results.compare import Check, CompareResult
 from prompttune.search_spaces import default_space
 from prompttune.testing import colours_task_file
 from tests.support import CountingBackend, oracle_config, oracle_for, task_of
 
 
-def _check(comparison: Comparison, starts: str) -> Check:
+def _check(comparison: CompareResult, starts: str) -> Check:
     return next(c for c in comparison.checks if c.claim.startswith(starts))
 
 
-def _failed(comparison: Comparison) -> list[str]:
+def _failed(comparison: CompareResult) -> list[str]:
     """The claims that failed, cut to the prefixes below where one matches."""
     known = (SERVED, CALL_CAP, BASELINE, TEST_IDS, RESCORED)
     return [next((k for k in known if c.claim.startswith(k)), c.claim) for c in comparison.checks
@@ -111,7 +112,7 @@ def test_an_arm_judged_on_other_test_examples_fails_the_test_id_check(
 
 
 @pytest.fixture(scope="module")
-def random_stops_early_at_seed_1(tmp_path_factory: pytest.TempPathFactory) -> tuple[Comparison, str]:
+def random_stops_early_at_seed_1(tmp_path_factory: pytest.TempPathFactory) -> tuple[CompareResult, str]:
     """random at seeds 0 and 1, where seed 1 stops after the baseline; sh at seed 0 and 1."""
     tmp_path = tmp_path_factory.mktemp("early")
     ask = RandomSearch.ask

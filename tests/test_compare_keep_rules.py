@@ -16,8 +16,9 @@ from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.comparing.coverage import INSTRUCTION, aspect_of, coverage_check, plan_coverage, touched_fields
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS, STRATEGIES
-from prompttune.engine.comparison import Comparison, run_compare
+from prompttune.engine.comparison import run_compare
 from prompttune.optimizers import OPTIMIZERS
+from prompttune.results.compare import CompareResult
 from prompttune.search_spaces import build_space, default_space
 from prompttune.search_spaces.space import SPEC_FIELDS
 from tests.support import oracle_config, oracle_for, task_of
@@ -26,7 +27,7 @@ QUIET = Console(quiet=True)
 
 
 def _compare(tmp_path: Path, arms: list[str], seeds: list[int], mode: str = "same-space", accuracy=None,
-             **changes) -> tuple[Comparison, object]:
+             **changes) -> tuple[CompareResult, object]:
     config = oracle_config(tmp_path, **changes)
     backend = oracle_for(config, accuracy) if accuracy else oracle_for(config)
     return run_compare(config, arms, seeds, {}, backend=backend, console=QUIET, mode=mode,
@@ -38,11 +39,11 @@ def _trial_demos(run_dir: Path) -> set[tuple[str, ...]]:
 
 
 @pytest.fixture(scope="module")
-def same_space(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+def same_space(tmp_path_factory: pytest.TempPathFactory) -> CompareResult:
     return _compare(tmp_path_factory.mktemp("same"), ["random", "mipro"], [0])[0]
 
 
-def test_same_space_gives_every_arm_one_space_and_holds_what_it_cannot_search(same_space: Comparison,
+def test_same_space_gives_every_arm_one_space_and_holds_what_it_cannot_search(same_space: CompareResult,
                                                                               tmp_path: Path) -> None:
     c = same_space
     space = default_space(task_of(c.config))
@@ -107,7 +108,7 @@ def test_a_mix_that_shares_no_dimension_is_one_line(tmp_path: Path) -> None:
         plan_coverage(["cople", "bfrs"], both, "same-space", {})
 
 
-def test_the_coverage_check_fails_on_a_changed_held_field_or_another_space(same_space: Comparison) -> None:
+def test_the_coverage_check_fails_on_a_changed_held_field_or_another_space(same_space: CompareResult) -> None:
     c = same_space
     mipro = c.runs[1]
     with_demos = replace(mipro, raw=mipro.raw.with_updates(demo_ids=("x",)))

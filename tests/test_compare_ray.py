@@ -12,7 +12,8 @@ import pytest
 
 from prompttune.cli import main
 from prompttune.core.storage import JsonlStorage
-from prompttune.engine.comparison import Comparison, run_compare
+from prompttune.engine.comparison import run_compare
+from prompttune.results.compare import CompareResult
 from tests.support import comparison_outcome, oracle_config, oracle_for
 
 # Sections of report.md that say what the comparison found; "Per seed" and "Fairness" also say which arm's
@@ -42,7 +43,7 @@ def _per_seed(report: str) -> list[list[str]]:
     return [[row[i] for i in (0, 1, 2, 3, 4, 5, 7, 9)] for row in rows[2:]]
 
 
-def _trials(comparison: Comparison) -> dict[tuple[str, int], list[dict]]:
+def _trials(comparison: CompareResult) -> dict[tuple[str, int], list[dict]]:
     return {(r.arm, r.seed): JsonlStorage(r.run_dir / "trials.jsonl").load() for r in comparison.runs}
 
 

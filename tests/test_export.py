@@ -19,14 +19,16 @@ from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine import export as export_module
-from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
+from prompttune.engine.evaluation import run_evaluation
 from prompttune.engine.export import export
-from prompttune.engine.setup import read_run_config
 from prompttune.engine.study import run_study
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.prompt_sources import exported_spec, load_prompts_file
+from prompttune.results import prompt_formats
+from prompttune.results.evaluate import EvaluateConfig
+from prompttune.results.run_record import read_run_config
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec, render
 from tests.llama_server import llama_server  # noqa: F401  (session fixture)
@@ -192,7 +194,8 @@ def test_the_openai_chat_export_carries_the_contract_and_the_request_that_reads_
 ])
 def test_a_choice_export_carries_the_choices_and_logit_bias_only_where_exact(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, label_words: tuple, bias: tuple, logit_bias: object) -> None:
-    monkeypatch.setattr(export_module, "serving_contract", lambda config: "choice")
+    for module in (export_module, prompt_formats):  # the formats and the writers both read the contract
+        monkeypatch.setattr(module, "serving_contract", lambda config: "choice")
     run, spec, _ = _run_dir(tmp_path)
     spec = spec.with_updates(label_words=label_words, label_bias=bias)
     (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
@@ -201,7 +204,7 @@ def test_a_choice_export_carries_the_choices_and_logit_bias_only_where_exact(
     assert data["serve"] == "choice" and "`choice.logit_bias`" in data["how_to_apply"]
     assert choice["choices"] == list(label_words) and choice["json_schema"]["enum"] == list(label_words)
     if logit_bias == "one per label":
-        tokenizer = export_module.run_tokenizer(read_run_config(run))
+        tokenizer = prompt_formats.run_tokenizer(read_run_config(run))
         ids = [str(tokenizer(word, add_special_tokens=False).input_ids[0]) for word in label_words]
         assert choice["logit_bias"] == dict(zip(ids, [0.5, 1.25, 1.75]))
     else:

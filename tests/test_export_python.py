@@ -26,6 +26,7 @@ from prompttune.evaluation import extraction
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.results import prompt_formats
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
 from tests.llama_server import llama_server  # noqa: F401  (session fixture)
@@ -160,7 +161,8 @@ def test_a_generated_run_is_reproduced_by_its_module(tmp_path: Path, data_dir: P
 @pytest.mark.integration
 def test_a_choice_exports_logit_bias_that_gives_the_runs_label_under_a_llama_cpp_grammar(
         tmp_path: Path, data_dir: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    monkeypatch.setattr(export_module, "serving_contract", lambda config: "choice")
+    for module in (export_module, prompt_formats):  # the formats and the writers both read the contract
+        monkeypatch.setattr(module, "serving_contract", lambda config: "choice")
     config = oracle_config(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai", base_url=[llama_server],
                            model=EMBEDDED_MODEL, api="chat", train_size=16, dev_size=8, test_size=16)
     test = task_of(config).splits["test"]

@@ -16,8 +16,9 @@ import prompttune
 from prompttune import Task
 from prompttune.cli import main
 from prompttune.core.errors import UserError
-from prompttune.engine import results, study
+from prompttune.engine import study
 from prompttune.optimizers.proposer import usable_critique
+from prompttune.results import run as results
 from prompttune.testing import SyntheticOracleBackend, colours_task_file, demo_task, run_oracle
 from tests.support import oracle_for
 

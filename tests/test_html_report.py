@@ -8,9 +8,9 @@ import json
 import pytest
 
 from prompttune.cli import main
-from prompttune.engine.results import RunResult
 from prompttune.engine.study import run_study
 from prompttune.reports import PASSED_BACKEND
+from prompttune.results.run import RunResult
 from tests.browser import check_page, chromium_or_skip
 from tests.support import oracle_config, oracle_for
 

@@ -12,12 +12,13 @@ import pytest
 
 import prompttune
 from prompttune.cli import main
-from prompttune.comparing.arms import load_arm_run
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, evaluation
-from prompttune.engine.comparison import Comparison, run_compare
-from prompttune.engine.results import RunResult
+from prompttune.engine.comparison import run_compare
 from prompttune.engine.study import run_study, run_versions
+from prompttune.results.arms import load_arm_run
+from prompttune.results.compare import CompareResult
+from prompttune.results.run import RunResult
 from prompttune.testing import SyntheticOracleBackend, colours_task_file
 from tests.support import oracle_config, oracle_for
 
@@ -66,12 +67,12 @@ def test_a_wider_margin_flags_nothing(red_lost: RunResult) -> None:
 
 
 @pytest.fixture(scope="module")
-def compared(tmp_path_factory: pytest.TempPathFactory) -> Comparison:
+def compared(tmp_path_factory: pytest.TempPathFactory) -> CompareResult:
     config = oracle_config(tmp_path_factory.mktemp("per-class-compare"), test_size=150)
     return run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config, red_collapses))
 
 
-def test_a_comparison_flags_each_arms_lost_classes_and_gives_its_versions(compared: Comparison) -> None:
+def test_a_comparison_flags_each_arms_lost_classes_and_gives_its_versions(compared: CompareResult) -> None:
     run_dir = compared.run_dir
     assert all(r.per_class is not None and [loss.label for loss in r.per_class.losses] == ["red"]
                for r in compared.runs)

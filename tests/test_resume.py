@@ -19,17 +19,17 @@ import pytest
 
 from prompttune.backends.base import Backend
 from prompttune.cli import main
-from prompttune.comparing.arms import ARM_FILE
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
 from prompttune.core.storage import JsonlStorage
 from prompttune.engine import comparison, study
 from prompttune.engine.comparison import resume_compare, run_compare
-from prompttune.engine.results import RunResult
 from prompttune.engine.study import resume_study, run_study
 from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
 from prompttune.evaluation.cache import ResultCache
-from prompttune.reports.html.facts import run_status
+from prompttune.results.arms import ARM_FILE
+from prompttune.results.run import RunResult
+from prompttune.results.run_record import run_status
 from tests.support import CountingBackend, comparison_outcome, oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.engine import comparison, evaluation, study
-from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
+from prompttune.engine.evaluation import run_evaluation
 from prompttune.engine.setup import load_run_task
 from prompttune.engine.study import run_study
 from prompttune.evaluation.contract import FINALISTS, GENERATION, contract_line
@@ -23,6 +23,7 @@ from prompttune.evaluation.serving import MIN_VALID_RATE, GenerationCheck, Serve
 from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
+from prompttune.results.evaluate import EvaluateConfig
 from prompttune.testing import colours_task_file
 from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
 

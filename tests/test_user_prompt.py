@@ -14,9 +14,11 @@ from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine.comparison import run_compare
-from prompttune.engine.evaluation import EvaluateConfig, load_evaluation_task, load_prompts
-from prompttune.engine.setup import load_run_task, load_space, read_run_config
+from prompttune.engine.evaluation import load_evaluation_task, load_prompts
+from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
+from prompttune.results.evaluate import EvaluateConfig
+from prompttune.results.run_record import read_run_config
 from prompttune.search_spaces import default_space, render
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.search_spaces.user_prompt import parse_user_prompt

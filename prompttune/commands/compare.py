@@ -21,9 +21,10 @@ from prompttune.comparing.coverage import MODES
 from prompttune.comparing.variants import VARIANT_OF
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import STRATEGIES
-from prompttune.engine.comparison import Comparison, resume_compare, run_compare
+from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.engine.plan import plan_compare
 from prompttune.reports import reports_of
+from prompttune.results.compare import CompareResult
 
 
 def parse_options(texts: list[str]) -> dict[str, dict[str, Any]]:
@@ -68,7 +69,7 @@ def _with_variants(options: dict[str, dict[str, Any]], variants: dict[str, dict[
     return {arm: {**variants.get(arm, {}), **options.get(arm, {})} for arm in {*variants, *options}}
 
 
-def comparison_json(result: Comparison) -> dict[str, Any]:
+def comparison_json(result: CompareResult) -> dict[str, Any]:
     """`compare --json`: per arm its guarded (what ships after the verdict) and raw (its dev pick) mean test
     accuracies, per seed the classes its pick loses beyond the margin and its spend, the matched cap and
     every fairness check."""

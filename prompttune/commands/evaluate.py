@@ -13,8 +13,9 @@ from prompttune.commands.common import (
     add_run_arguments,
     print_json,
 )
-from prompttune.engine.evaluation import EvaluateConfig, EvaluationResult, run_evaluation
+from prompttune.engine.evaluation import run_evaluation
 from prompttune.reports import reports_of
+from prompttune.results.evaluate import EvaluateConfig, EvaluationResult
 
 
 def evaluation_json(result: EvaluationResult) -> dict[str, Any]:

@@ -20,11 +20,11 @@ from prompttune.commands.common import (
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.plan import plan_run
-from prompttune.engine.results import RunResult
 from prompttune.engine.setup import point_latest
 from prompttune.engine.study import resume_study, run_study, with_resume_hint
 from prompttune.evaluation.contract import scored_by
 from prompttune.reports import reports_of
+from prompttune.results.run import RunResult
 
 
 def run_json(result: RunResult) -> dict[str, Any]:

@@ -1,28 +1,22 @@
-"""Compared arms: what every arm shares (the bench) and what one arm-seed run yields; each arm runs
-through the run engine (`prompttune.engine.comparison`)."""
+"""Compared arms: what every arm shares (the bench) and each arm's config; each arm runs through the run
+engine (`prompttune.engine.comparison`) and yields a `prompttune.results.arms.ArmRun`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, TypeAdapter
 from rich.console import Console
 
-from prompttune.comparing.coverage import Coverage
-from prompttune.comparing.fairness import ModelWatch, Served
+from prompttune.comparing.fairness import ModelWatch
 from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.core.storage import write_atomic
 from prompttune.dspy_bridge import lookup
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Confirmation
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.per_class import PerClass
+from prompttune.results.compare import Coverage
 from prompttune.search_spaces import SearchSpace
-from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 
 
@@ -71,48 +65,3 @@ def arm_config(config: RunConfig, arm: str, options: dict[str, dict[str, Any]],
                                      "optimizer_options": {**arm_options(arm, options), **coverage[arm].options}})
 
 
-@dataclass
-class ArmRun:
-    """One arm at one seed: its own pick (raw), what it ships after the held-out verdict (guarded:
-    `best`, `confirmation`), the space it searched, and what it spent."""
-
-    __pydantic_config__ = ConfigDict(ser_json_inf_nan="constants")  # a dev score never measured is NaN
-
-    arm: str
-    seed: int
-    run_dir: Path
-    baseline: PromptSpec
-    best: PromptSpec
-    best_dev: float | None
-    confirmation: Confirmation
-    raw: PromptSpec  # the dev winner / DSPy's program, whatever the verdict
-    raw_confirmation: Confirmation  # its test figures, from the verdict's own records
-    space_hash: str
-    search: BudgetLedger
-    confirm_calls: int
-    foreign_calls: int  # shared-cache hits charged to the search (they reached no model)
-    foreign_tokens: int
-    anytime: list[tuple[int, float]]
-    stopped_by_budget: bool
-    wall_seconds: float
-    notes: list[str]
-    served: Served  # what the model served to the search, counted at the model
-    test_ids: tuple[str, ...]  # the test examples its verdict scored
-    leaders: list[tuple[int, int, PromptSpec]] = field(default_factory=list)  # (calls, tokens, pick) at each change
-    test_correct: list[bool] = field(default_factory=list)  # the winner on each test example
-    per_class: PerClass | None = None  # per-class test figures of its verdict (None in arms saved before them)
-
-
-ARM_FILE = "arm.json"
-_ARM_RUN = TypeAdapter(ArmRun)
-
-
-def save_arm_run(run: ArmRun) -> None:
-    """arm.json beside the arm's own files, written last: the arm finished, and `compare --resume`
-    reads it back instead of running the arm again."""
-    write_atomic(run.run_dir / ARM_FILE, _ARM_RUN.dump_json(run, indent=2).decode())
-
-
-def load_arm_run(run_dir: Path) -> ArmRun:
-    """A finished arm read back from its directory (wherever the comparison now lies)."""
-    return replace(_ARM_RUN.validate_json((run_dir / ARM_FILE).read_text(encoding="utf-8")), run_dir=run_dir)

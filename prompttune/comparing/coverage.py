@@ -19,18 +19,18 @@ Two modes, one space (the `--space` file, else the task's default space) given t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from prompttune.comparing.fairness import Check
 from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import lookup
 from prompttune.optimizers.registry import CALIBRATION, DEMOS, INSTRUCTION, Reach
+from prompttune.results.compare import Check, Coverage
 from prompttune.search_spaces import Dimension, PromptSpec, SearchSpace
 
 if TYPE_CHECKING:
-    from prompttune.comparing.arms import ArmRun
+    from prompttune.results.arms import ArmRun
 
 MODES = {"same-space": "optimizer comparison on one space", "native": "tool comparison, native spaces"}
 
@@ -46,28 +46,6 @@ def aspect_of(dim: Dimension) -> str | None:
     if dim.target == "instruction" or dim.target.startswith("slot:"):
         return INSTRUCTION
     return DEMOS if dim.kind == "few_shot" else None
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """One arm on the compared space: what it searched, what it held, and how that was enforced."""
-
-    arm: str
-    space: str
-    space_hash: str  # of the space the arm is given (same-space: the shared dimensions only)
-    searched: tuple[str, ...]
-    held: tuple[str, ...]
-    held_fields: frozenset[str]  # PromptSpec fields every pick must share with the baseline
-    options: dict[str, Any]  # the options that hold written aspects the space does not declare
-    dimensions: list[str] | None = None  # same-space: the dimensions every arm searches (the arm's config)
-    sources: tuple[str, ...] = ()  # where its candidates come from
-    def keeps_held(self, pick: PromptSpec, baseline: PromptSpec) -> bool:
-        return all(getattr(pick, name) == getattr(baseline, name) for name in self.held_fields)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"space": self.space, "space_hash": self.space_hash, "searched": list(self.searched),
-                "held": list(self.held), "held_fields": sorted(self.held_fields), "options": self.options,
-                "dimensions": self.dimensions, "sources": list(self.sources)}
 
 
 def plan_coverage(arms: list[str], space: SearchSpace, mode: str,

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend, Request, WrappedBackend
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from prompttune.results.arms import Served
+from prompttune.results.compare import Cap, Check
 from prompttune.tasks.base import Task
 from prompttune.tasks.pools import seen_in_tuning
 
 if TYPE_CHECKING:
-    from prompttune.comparing.arms import ArmRun
+    from prompttune.results.arms import ArmRun
 
 KEY = 12  # characters that index a test text; shorter texts are too common to watch for
 FULL_SPEND = 0.9  # an arm that spent less of the matched cap is flagged
@@ -39,15 +41,6 @@ FULL_SPEND = 0.9  # an arm that spent less of the matched cap is flagged
 
 def _texts(examples: Iterable) -> set[str]:
     return {value.strip() for ex in examples for value in ex.fields.values()}
-
-
-@dataclass(frozen=True)
-class Served:
-    """What the model served in one window of the watch's request log."""
-
-    requests: int
-    tokens: int  # as the model reported them (prompt and completion)
-    leaks: int  # requests whose prompt quoted a test example
 
 
 class ModelWatch(WrappedBackend):
@@ -107,24 +100,6 @@ class ModelWatch(WrappedBackend):
         return Served(len(window), sum(tokens for _, tokens in window), sum(quoted for quoted, _ in window))
 
 
-@dataclass(frozen=True)
-class Cap:
-    """A hard cap on each arm's search, in calls or tokens."""
-
-    unit: Literal["calls", "tokens"]
-    limit: int
-
-    def charged(self, run: "ArmRun") -> int:
-        """What the run's ledger charged, in this unit."""
-        return run.search.calls if self.unit == "calls" else run.search.tokens
-
-    def served(self, run: "ArmRun") -> int:
-        """The same from the model's side: what it served to the search, plus charged cache hits."""
-        if self.unit == "calls":
-            return run.served.requests + run.foreign_calls
-        return run.served.tokens + run.foreign_tokens
-
-
 def caps_of(match: Literal["calls", "tokens"], cap_calls: int, cap_tokens: int | None) -> list[Cap]:
     """The matched cap first; the other, when set, is a ceiling that holds as well."""
     caps = [Cap("calls", cap_calls)] + ([Cap("tokens", cap_tokens)] if cap_tokens is not None else [])
@@ -144,18 +119,6 @@ class Spend:
     def of(cls, runs: Sequence["ArmRun"]) -> "Spend":
         calls, tokens = [r.search.calls for r in runs], [r.search.tokens for r in runs]
         return cls(mean(calls), max(calls), mean(tokens), max(tokens))
-
-
-@dataclass
-class Check:
-    claim: str
-    ok: bool
-    detail: str
-    level: Literal["error", "warning"] = "error"  # a failed warning is shown but fails nothing
-
-    @property
-    def status(self) -> Literal["ok", "failed", "warning"]:
-        return "ok" if self.ok else "failed" if self.level == "error" else "warning"
 
 
 def fingerprint(value: object) -> str:

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from prompttune.comparing.arms import ArmRun  # noqa: E402
+from prompttune.results.arms import ArmRun  # noqa: E402
 
 Curve = tuple[str, list[tuple[int, float]], int]  # arm, (calls, best-so-far) points, calls spent
 

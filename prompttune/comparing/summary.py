@@ -15,9 +15,10 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
 
-from prompttune.comparing.arms import ArmRun
 from prompttune.evaluation.confirmation import Confirmation
-from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired_compare
+from prompttune.objectives.stats import adjust_pvalues, paired_compare, t_interval
+from prompttune.results.arms import ArmRun
+from prompttune.results.compare import ArmSummary, PairTest, Scores, SeedPair
 
 TOP_ARMS = 3
 P_FLOOR = float(np.finfo(float).tiny)  # 2.2e-308
@@ -27,97 +28,13 @@ CMH_LABEL = "descriptive: pooled examples, prompts fixed"
 examples, so it describes those prompts, not the optimizers (optimizer-level claims use the across-seed tests)."""
 
 
-def t_interval(values: list[float], bounds: tuple[float, float], alpha: float = 0.05) -> tuple[float, float]:
-    """Student-t interval for the mean over seeds (two or more), clipped to the possible range:
-    with few seeds the t quantile is large (12.7 for two) and the raw interval overshoots."""
-    centre = float(np.mean(values))
-    sem = float(stats.sem(values))
-    if sem == 0.0:
-        return (centre, centre)
-    low, high = stats.t.interval(1 - alpha, len(values) - 1, loc=centre, scale=sem)
-    return (max(float(low), bounds[0]), min(float(high), bounds[1]))
-
-
 KEEP_RULES = {"guarded": "after the verdict protocol: the raw pick if confirmed on test, else the baseline",
               "raw": "the arm's own pick: the dev winner, or DSPy's best program"}
-
-
-@dataclass
-class Scores:
-    """Test accuracy and gain over the baseline under one keep rule, as a mean over seeds with a 95% CI."""
-
-    accuracy: float
-    accuracy_ci: tuple[float, float]
-    gain: float
-    gain_ci: tuple[float, float]
 
 
 def _confirmation_under(run: ArmRun, keep: str) -> Confirmation:
     """The run's test figures under a keep rule (see KEEP_RULES)."""
     return run.confirmation if keep == "guarded" else run.raw_confirmation
-
-
-@dataclass
-class ArmSummary:
-    arm: str
-    runs: list[ArmRun]
-    guarded: Scores
-    raw: Scores
-    interval: str
-    p_bh: list[float]
-
-    @property
-    def significant(self) -> int:
-        """Seeds whose gain is positive and significant after the correction."""
-        return sum(p < 0.05 and r.confirmation.gain > 0 for p, r in zip(self.p_bh, self.runs))
-
-
-@dataclass
-class PairTest:
-    first: str
-    second: str
-    seed: int
-    comparison: PairedComparison
-    p_bh: float = 1.0
-
-
-@dataclass
-class SeedPair:
-    """Two arms across the seeds they share (each seed one data draw, both arms on its test split):
-    the mean of the per-seed differences in test accuracy (first − second) with its t-interval, a
-    paired t-test (`p`; None when every seed differs by the same amount: no variance to test) and an
-    exact sign-flip permutation test (`p_perm`: never below 2 / 2^seeds), each BH-corrected over the
-    pairs of one keep rule; for what ships, a CMH test on the pooled test examples stratified by seed."""
-
-    first: str
-    second: str
-    keep: str
-    seeds: int
-    mean_diff: float
-    diff_ci: tuple[float, float]
-    p: float | None
-    p_perm: float
-    p_cmh: float | None = None
-    p_bh: float | None = None
-    p_perm_bh: float = 1.0
-    p_cmh_bh: float | None = None
-
-
-@dataclass
-class EqualSpend:
-    """Each arm's dev pick at the smallest spend any arm-seed reached, tested on its seed's test split
-    (raw: no verdict), per arm and seed; `calls`: what those tests asked the model (cache misses)."""
-
-    unit: str
-    spend: int
-    accuracy: dict[str, dict[int, float]]
-    calls: int
-
-    def interval(self, arm: str) -> tuple[float, tuple[float, float]]:
-        """Mean over seeds and its Student-t 95% interval (the value itself for one seed)."""
-        values = list(self.accuracy[arm].values())
-        centre = mean(values)
-        return centre, t_interval(values, (0.0, 1.0)) if len(values) > 1 else (centre, centre)
 
 
 def _scores(confirmations: list[Confirmation]) -> tuple[Scores, str]:

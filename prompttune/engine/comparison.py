@@ -12,7 +12,7 @@ import json
 import math
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, NamedTuple, Sequence
 
@@ -20,19 +20,11 @@ from rich.console import Console
 
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import loading
-from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
-from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
-from prompttune.comparing.fairness import (
-    Cap,
-    Check,
-    ModelWatch,
-    caps_of,
-    distinct_draws_check,
-    fairness_checks,
-    reporting_pool_check,
-)
+from prompttune.comparing.arms import Bench, arm_config, check_arms
+from prompttune.comparing.coverage import coverage_check, plan_coverage
+from prompttune.comparing.fairness import ModelWatch, caps_of, distinct_draws_check, fairness_checks, reporting_pool_check
 from prompttune.comparing.plot import plot_anytime
-from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedPair, pairwise, seed_pairs, summarize
+from prompttune.comparing.summary import pairwise, seed_pairs, summarize
 from prompttune.comparing.variants import optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
@@ -52,14 +44,15 @@ from prompttune.engine.setup import (
 from prompttune.engine.study import checked_search, run_study, run_versions
 from prompttune.engine.workers import Executor, ProcessExecutor
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.evaluator import Evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import print_summary, write_report
-from prompttune.reports.html.facts import run_status
 from prompttune.reports.html_report import write_html_report
+from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run, save_arm_run
+from prompttune.results.compare import Cap, CompareResult, Coverage, EqualSpend
+from prompttune.results.run_record import run_status
 from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
@@ -119,32 +112,6 @@ def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, str, int], Path]:
         if (run_dir / ARM_FILE).is_file() or (key not in found and run_status(run_dir) != "finished"):
             found[key] = run_dir
     return found
-
-
-@dataclass
-class Comparison:
-    run_dir: Path
-    config: RunConfig
-    mode: str
-    arms: list[str]
-    seeds: list[int]
-    split_seeds: dict[int, int]  # each seed's own train/dev/test draw
-    coverage: dict[str, Coverage]  # per arm (the same dimensions at every seed; hashes per seed are checked)
-    runs: list[ArmRun]
-    summaries: list[ArmSummary]
-    pairs: list[PairTest]
-    seed_pairs: list[SeedPair]
-    caps: list[Cap]  # the matched cap first
-    checks: list[Check]
-    wall_seconds: float
-    equal_spend: EqualSpend | None = None
-    versions: dict[str, str] = field(default_factory=dict)  # what produced it (engine.study.run_versions), once
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # per arm, as given (a variant's optimizer too)
-
-    @property
-    def baselines(self) -> dict[int, Confirmation]:
-        """Each seed's baseline on its own test draw (every arm of a seed tests the same baseline)."""
-        return {run.seed: run.confirmation for run in reversed(self.runs)}
 
 
 def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
@@ -327,7 +294,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
                 resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False,
                 native_demos: int = 0, jobs: int = 1, backend_factory: BackendFactory | None = None,
-                data: Task | None = None, executor: str = "process") -> Comparison:
+                data: Task | None = None, executor: str = "process") -> CompareResult:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -415,7 +382,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
               coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
     if config.pool == "reporting" and data is None:
         checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
-    comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
+    comparison = CompareResult(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
                             first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
                             time.time() - started, equal_spend,
                             run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
@@ -431,7 +398,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
 def resume_compare(run_dir: Path, backend: Backend | None = None, console: Console | None = None,
                    progress: bool = False, jobs: int = 1, backend_factory: BackendFactory | None = None,
                    data: Task | None = None, add: Sequence[str] = (), executor: str = "process",
-                   add_options: dict[str, dict[str, Any]] | None = None) -> Comparison:
+                   add_options: dict[str, dict[str, Any]] | None = None) -> CompareResult:
     """Finish an interrupted comparison with its own settings (see `run_compare`; in-memory `data` is
     passed again). `add` names optimizers to run beside the saved ones, on the same seeds, data draws
     and cap (`add_options` their options), finished comparison or not: the arms that ran are read back,

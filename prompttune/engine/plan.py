@@ -17,7 +17,7 @@ from typing import Any, Literal
 from prompttune.backends.factory import build_backend
 from prompttune.comparing.arms import arm_config
 from prompttune.comparing.coverage import MODES
-from prompttune.comparing.fairness import Cap, caps_of
+from prompttune.comparing.fairness import caps_of
 from prompttune.core.config import RunConfig
 from prompttune.dspy_bridge import lookup
 from prompttune.engine.comparison import check_compare
@@ -30,6 +30,7 @@ from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import caps_text
 from prompttune.reports.optimize_report import confirmable_gain
+from prompttune.results.compare import Cap
 from prompttune.tasks.base import Task
 
 PROBE_EXAMPLES = 8

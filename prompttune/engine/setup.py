@@ -8,8 +8,6 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend, check_backend
 from prompttune.core.config import RunConfig, Serve
@@ -148,21 +146,6 @@ def _check_writable(option: str, value: str, folder: Path) -> None:
             pass
     except OSError as exc:
         raise UserError(f"{option} {value}: cannot write in {folder} ({exc.strerror or exc})") from None
-
-
-def read_run_config(run_dir: Path) -> RunConfig:
-    """The config.json of an optimize run directory; anything missing or broken is one line naming it."""
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is not a run directory (not a folder)")
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory: config.json missing")
-    try:
-        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(map(str, err["loc"])) or "top level"
-        raise UserError(f"{path}: {where}: {err['msg']} (not the config of an optimize run?)") from None
 
 
 def make_run_dir(config: RunConfig, task_name: str) -> Path:

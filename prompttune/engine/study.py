@@ -41,7 +41,6 @@ from prompttune.core.provenance import record_code
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
 from prompttune.core.types import Example
 from prompttune.dspy_bridge import STRATEGIES, lookup
-from prompttune.engine.results import Resumption, RunResult
 from prompttune.engine.setup import (
     RUN_DIR,
     build_proposer_backend,
@@ -50,7 +49,6 @@ from prompttune.engine.setup import (
     load_run_task,
     load_space,
     make_run_dir,
-    read_run_config,
     require_dev_budget,
     run_contract,
     search_context,
@@ -69,10 +67,11 @@ from prompttune.optimizers.contract import SearchContext
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND
-from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
 from prompttune.reports.html_report import write_html_report
 from prompttune.reports.optimize_report import confirmable_gain, describe_change, print_summary, write_report
+from prompttune.results.run import Resumption, RunResult
+from prompttune.results.run_record import read_run_config, run_status, token_facts, write_run_facts
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.tasks.base import Task

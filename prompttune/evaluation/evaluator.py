@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from functools import partial
-from typing import Literal, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.errors import UserError
@@ -20,12 +20,10 @@ from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.metering import Meter, generate_values, score_values
 from prompttune.evaluation.prediction import Scoring, make_predictor
-from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Output, Query
+from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Mode, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, select_demos
 
-__all__ = ["Evaluator", "Mode", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]
-
-Mode = Literal["score", "generate"]
+__all__ = ["Evaluator", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]
 
 
 def _content_free_example(spec: PromptSpec, example_id: str) -> Example:

@@ -19,18 +19,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, ClassVar, Literal, Sequence
+from typing import Callable, ClassVar, Literal, Protocol, Sequence
 
 import numpy as np
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.evaluation.extraction import extract_label
-from prompttune.evaluation.records import Output, Query, content_free_id
+from prompttune.evaluation.records import Mode, Output, Query, content_free_id
 from prompttune.search_spaces.prompt import PromptSpec
-
-if TYPE_CHECKING:
-    from prompttune.evaluation.evaluator import Evaluator
 
 Scoring = Literal["logit", "generate", "calibrated", "ensemble"]
 Prompts = PromptSpec | Sequence[PromptSpec]
@@ -99,6 +96,18 @@ def _generated(output: Output, spec: PromptSpec) -> Record:
                   output.prompt_tokens, output.completion_tokens, output.cached)
 
 
+class OutputSource(Protocol):
+    """Where a prediction method gets model outputs: the evaluator, through its cache and ledger. A protocol, so
+    the evaluator hands itself in (`make_predictor`) and this module never names it."""
+
+    def outputs(self, spec: PromptSpec, example_ids: Sequence[str], mode: Mode,
+                continuations: Sequence[tuple[str, ...]] | None = None, kind: str | None = None) -> list[Output]:
+        """One output per example of `spec`."""
+
+    def outputs_many(self, queries: Sequence[Query], mode: Mode, kind: str | None = None) -> list[list[Output]]:
+        """`outputs` for several prompts in one backend call."""
+
+
 class Predictor(ABC):
     """A prediction method bound to an evaluator; `predict` gives one record per example id.
 
@@ -107,7 +116,7 @@ class Predictor(ABC):
 
     name: ClassVar[str]
 
-    def __init__(self, evaluator: "Evaluator") -> None:
+    def __init__(self, evaluator: OutputSource) -> None:
         self.evaluator = evaluator
 
     @abstractmethod
@@ -149,7 +158,7 @@ def _adjusted(records: Sequence[Record], adjust: Callable[[Sequence[float]], tup
     return [r if a is None else replace(r, pred=_argmax(a), label_logprobs=a) for r, a in zip(records, adjusted)]
 
 
-def direct_records(evaluator: "Evaluator", spec: PromptSpec, example_ids: Sequence[str]) -> list[Record]:
+def direct_records(evaluator: OutputSource, spec: PromptSpec, example_ids: Sequence[str]) -> list[Record]:
     """The label with the highest raw log-probability, per example."""
     return [_scored(o) for o in evaluator.outputs(spec, example_ids, "score")]
 
@@ -172,7 +181,7 @@ class CalibratedPredictor(Predictor):
 
     name = "calibrated"
 
-    def __init__(self, evaluator: "Evaluator", content_free: Sequence[str] = CONTENT_FREE) -> None:
+    def __init__(self, evaluator: OutputSource, content_free: Sequence[str] = CONTENT_FREE) -> None:
         super().__init__(evaluator)
         self.content_free = tuple(content_free)
 
@@ -206,7 +215,7 @@ class EnsemblePredictor(Predictor):
 
     name = "ensemble"
 
-    def __init__(self, evaluator: "Evaluator", base: Literal["logit", "calibrated"] = "logit") -> None:
+    def __init__(self, evaluator: OutputSource, base: Literal["logit", "calibrated"] = "logit") -> None:
         super().__init__(evaluator)
         if base not in ("logit", "calibrated"):
             raise UserError(f"an ensemble averages label probabilities; base {base!r} has none "
@@ -234,7 +243,7 @@ PREDICTORS: dict[str, type[Predictor]] = {
     cls.name: cls for cls in (LogitPredictor, GeneratePredictor, CalibratedPredictor, EnsemblePredictor)}
 
 
-def make_predictor(name: str, evaluator: "Evaluator") -> Predictor:
+def make_predictor(name: str, evaluator: OutputSource) -> Predictor:
     """The prediction method called `name`, bound to `evaluator`."""
     if name not in PREDICTORS:
         raise UserError(f"unknown scoring {name!r}; choose from {', '.join(PREDICTORS)}")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 from prompttune.core.types import Example
 from prompttune.search_spaces.prompt import PromptSpec
 
 CONTENT_FREE_PREFIX = "content-free:"
+Mode = Literal["score", "generate"]  # what the model is asked for: label scores, or generated text
 
 
 def content_free_id(value: str) -> str:

@@ -14,7 +14,8 @@ from typing import Literal
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.stats import binom, binomtest, norm
+from scipy.stats import binom, binomtest, norm, sem
+from scipy.stats import t as student_t
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
@@ -354,3 +355,14 @@ def keep_any_win(candidate_correct: Sequence[bool], incumbent_correct: Sequence[
     """The naive rule "keep the candidate if it scored higher"; kept only to measure how often it accepts noise."""
     cand, inc = _paired_arrays(candidate_correct, incumbent_correct)
     return bool(cand.mean() > inc.mean())
+
+
+def t_interval(values: list[float], bounds: tuple[float, float], alpha: float = 0.05) -> tuple[float, float]:
+    """Student-t interval for the mean over seeds (two or more), clipped to the possible range:
+    with few seeds the t quantile is large (12.7 for two) and the raw interval overshoots."""
+    centre = float(np.mean(values))
+    spread = float(sem(values))
+    if spread == 0.0:
+        return (centre, centre)
+    low, high = student_t.interval(1 - alpha, len(values) - 1, loc=centre, scale=spread)
+    return (max(float(low), bounds[0]), min(float(high), bounds[1]))

@@ -1,5 +1,5 @@
 """What a run leaves for people: report.md, report.html and the summary tables, built from the
-engine's result types (`prompttune.engine`) or from a run directory's files alone."""
+result types (`prompttune.results`) or from a run directory's files alone; nothing here imports the engine."""
 
 from pathlib import Path
 from typing import Mapping

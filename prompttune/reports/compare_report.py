@@ -11,19 +11,20 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from prompttune.comparing.arms import ArmRun
-from prompttune.comparing.coverage import MODES, Coverage
-from prompttune.comparing.fairness import Cap, Spend, fingerprint
-from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, ArmSummary, Scores, SeedPair, p_text
+from prompttune.comparing.coverage import MODES
+from prompttune.comparing.fairness import Spend, fingerprint
+from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, p_text
 from prompttune.comparing.variants import optimizer_of
 from prompttune.dspy_bridge import lookup
 from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name, reports_of
 from prompttune.reports.optimize_report import lost_classes, versions_lines
+from prompttune.results.arms import ArmRun
+from prompttune.results.compare import ArmSummary, Cap, Coverage, Scores, SeedPair
 
 if TYPE_CHECKING:
-    from prompttune.engine.comparison import Comparison
+    from prompttune.results.compare import CompareResult
 
 MODE_TEXT = {
     "same-space": "every arm searched the one space below and only what it declares: the dimensions an arm "
@@ -116,13 +117,13 @@ def class_flag_cells(arm: str, figures: list[tuple[int, PerClass]]) -> list[str]
             "; ".join(f"seed {seed}: {lost_classes(losses)}" for seed, losses in flagged) or "–"]
 
 
-def _class_figures(c: "Comparison") -> dict[str, list[tuple[int, PerClass]]]:
+def _class_figures(c: "CompareResult") -> dict[str, list[tuple[int, PerClass]]]:
     """Per arm, each seed's per-class figures (arms saved before they were recorded have none)."""
     return {arm: [(r.seed, r.per_class) for r in c.runs if r.arm == arm and r.per_class is not None]
             for arm in c.arms}
 
 
-def _class_flag_section(c: "Comparison") -> list[str]:
+def _class_flag_section(c: "CompareResult") -> list[str]:
     figures = {arm: f for arm, f in _class_figures(c).items() if f}
     if not figures:
         return []
@@ -135,7 +136,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def _dspy_section(comparison: "Comparison") -> list[str]:
+def _dspy_section(comparison: "CompareResult") -> list[str]:
     runs = [r for r in comparison.runs if lookup(optimizer_of(r.arm, comparison.options)).is_dspy]
     if not runs:
         return []
@@ -154,7 +155,7 @@ def _dspy_section(comparison: "Comparison") -> list[str]:
     return lines + [""]
 
 
-def _coverage_section(c: "Comparison") -> list[str]:
+def _coverage_section(c: "CompareResult") -> list[str]:
     first = next(iter(c.coverage.values()))
     lines = ["## What each arm searched", "",
              f"**{MODES[c.mode].capitalize()}** (`--mode {c.mode}`): {MODE_TEXT[c.mode]} Space `{first.space}`, "
@@ -166,7 +167,7 @@ def _coverage_section(c: "Comparison") -> list[str]:
     return lines + [""]
 
 
-def _seed_pair_section(c: "Comparison") -> list[str]:
+def _seed_pair_section(c: "CompareResult") -> list[str]:
     if not c.seed_pairs:
         return []
     lines = ["## Arms head to head across seeds", "",
@@ -183,7 +184,7 @@ def _seed_pair_section(c: "Comparison") -> list[str]:
     return lines + [""]
 
 
-def _equal_spend_json(c: "Comparison") -> dict | None:
+def _equal_spend_json(c: "CompareResult") -> dict | None:
     e = c.equal_spend
     if e is None:
         return None
@@ -232,14 +233,14 @@ def _seed_pair_json(t: "SeedPair") -> dict:
             "p_cmh": t.p_cmh, "p_cmh_bh": t.p_cmh_bh}
 
 
-def _baselines(c: "Comparison") -> str:
+def _baselines(c: "CompareResult") -> str:
     """The baseline's test accuracy at each seed (each seed tests on its own draw), with Wilson intervals."""
     baselines = c.baselines
     return "; ".join(f"s{seed} {baselines[seed].baseline_accuracy:.3f} {ci_text(baselines[seed].baseline_ci)}"
                      for seed in c.seeds)
 
 
-def write_report(comparison: "Comparison") -> None:
+def write_report(comparison: "CompareResult") -> None:
     c, config = comparison, comparison.config
     task_sizes = f"train {config.train_size} / dev {config.dev_size} / test {config.test_size}"
     first = c.runs[0].confirmation
@@ -315,7 +316,7 @@ def _scores_json(scores: Scores) -> dict:
             "gain_ci": scores.gain_ci}
 
 
-def _summary_json(c: "Comparison") -> dict:
+def _summary_json(c: "CompareResult") -> dict:
     return {
         "mode": c.mode, "headline": MODES[c.mode],
         "caps": [asdict(cap) for cap in c.caps],  # the matched cap first
@@ -342,7 +343,7 @@ def _summary_json(c: "Comparison") -> dict:
     }
 
 
-def print_summary(comparison: "Comparison", console: Console) -> None:
+def print_summary(comparison: "CompareResult", console: Console) -> None:
     c = comparison
     table = Table(title=f"prompttune compare · {MODES[c.mode]} · {c.run_dir.name}")
     for i in TERMINAL:

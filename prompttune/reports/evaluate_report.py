@@ -22,7 +22,7 @@ from prompttune.reports import ci_text, model_name
 from prompttune.reports.optimize_report import lost_classes, versions_lines
 
 if TYPE_CHECKING:
-    from prompttune.engine.evaluation import EvaluationResult, SettingResult
+    from prompttune.results.evaluate import EvaluationResult, SettingResult
 
 GAP_QUANTILES = (0.01, 0.1, 0.5)  # small gaps are the fragile answers
 POSIX_QUANTILES = (0.5, 0.9, 0.99)  # large POSIX values are the sensitive examples

@@ -13,25 +13,33 @@ import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
 from prompttune.objectives.stats import wilson_ci
 from prompttune.search_spaces.constraints import Constraint
 
-if TYPE_CHECKING:
-    from prompttune.search_spaces.space import Dimension
-
 Combo = tuple[int, ...]
 ENUMERATE_LIMIT = 200_000
+
+
+class Choices(Protocol):
+    """What grouping reads of a dimension: its name and values (a protocol, so this module never names
+    `space.Dimension`, which imports it)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def values(self) -> tuple[Any, ...]: ...
 
 
 @dataclass
 class Group:
     """Dimensions sharing rules; `rules` read only these dimensions."""
 
-    dims: tuple["Dimension", ...]
+    dims: tuple[Choices, ...]
     rules: tuple[Constraint, ...]
     enumerate_limit: int = ENUMERATE_LIMIT
 
@@ -80,7 +88,7 @@ class Group:
         return None
 
 
-def split_groups(dimensions: Sequence["Dimension"], constraints: Sequence[Constraint],
+def split_groups(dimensions: Sequence[Choices], constraints: Sequence[Constraint],
                  enumerate_limit: int = ENUMERATE_LIMIT) -> list[Group]:
     """Union dimensions read by the same rule; groups come in declaration order."""
     names = [d.name for d in dimensions]
@@ -96,7 +104,7 @@ def split_groups(dimensions: Sequence["Dimension"], constraints: Sequence[Constr
         linked = rule.dims if rule.dims is not None else names
         for other in linked[1:]:
             parent[root(other)] = root(linked[0])
-    members: dict[str, list["Dimension"]] = {}
+    members: dict[str, list[Choices]] = {}
     for dim in dimensions:
         members.setdefault(root(dim.name), []).append(dim)
     groups = []

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.comparing.plot import draw_anytime
-from prompttune.comparing.summary import t_interval
 from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
@@ -18,9 +17,8 @@ from prompttune.core.storage import read_json
 from prompttune.evaluation import contract
 from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
-from prompttune.objectives.stats import wilson_ci
+from prompttune.objectives.stats import t_interval, wilson_ci
 from prompttune.reports import ci_text, model_phrase
-from prompttune.reports.html.facts import FACTS, run_status
 from prompttune.reports.html.page import (
     Html,
     document,
@@ -36,24 +34,27 @@ from prompttune.reports.html.page import (
 from prompttune.reports.html.tokens import marked_prompts, tokens_figure
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 from prompttune.reports.optimize_report import (
+    TOKENS_COUNTED,
+    confirmable_gain,
+    per_class_header,
+    per_class_note,
+    per_class_rows,
+    rejected_line,
+)
+from prompttune.reports.serving_sections import (
     FINALISTS_NOTE,
     SERVER_COUNTS,
     SERVERS_NOTE,
-    TOKENS_COUNTED,
     answer_shown,
-    confirmable_gain,
     finalist_header,
     finalist_rows,
     generation_header,
     generation_intro,
     generation_rows,
     generation_warnings,
-    per_class_header,
-    per_class_note,
-    per_class_rows,
-    rejected_line,
     server_rows,
 )
+from prompttune.results.run_record import FACTS, run_status
 
 DISCORDANT_SHOWN = 6
 INVALID = "(invalid)"

@@ -8,12 +8,16 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from pydantic import ValidationError
+
+from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
 from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
 from prompttune.evaluation.contract import scored_by
 
 if TYPE_CHECKING:
-    from prompttune.engine.results import RunResult
+    from prompttune.results.run import RunResult
     from prompttune.tasks.base import Task
 
 FACTS = "verdict.json"
@@ -75,3 +79,18 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
                  "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
     # Last: verdict.json is what marks the run finished, so every file it implies exists.
     write_atomic(result.run_dir / FACTS, json.dumps(facts, indent=2, ensure_ascii=False))
+
+
+def read_run_config(run_dir: Path) -> RunConfig:
+    """The config.json of an optimize run directory; anything missing or broken is one line naming it."""
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir} is not a run directory (not a folder)")
+    path = run_dir / "config.json"
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory: config.json missing")
+    try:
+        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "top level"
+        raise UserError(f"{path}: {where}: {err['msg']} (not the config of an optimize run?)") from None

@@ -10,8 +10,7 @@ from typing import Any
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import JsonlStorage, read_json
-from prompttune.engine.setup import read_run_config
-from prompttune.reports.html.facts import FACTS, run_status
+from prompttune.results.run_record import FACTS, read_run_config, run_status
 from prompttune.search_spaces.prompt import PromptSpec
 
 PROMPT_FILES = {"shipped": "best_prompt.json", "dev_winner": "dev_winner.json", "baseline": "baseline_prompt.json"}

@@ -19,7 +19,6 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Prompt
-from prompttune.engine.export import as_json, as_text, template
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict
 from prompttune.evaluation.contract import scored_by
@@ -28,6 +27,7 @@ from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.optimizers.driver import SearchOutcome
+from prompttune.results.prompt_formats import as_json, as_text, template
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 
