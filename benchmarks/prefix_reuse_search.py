@@ -15,7 +15,6 @@ Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/prefix_reuse_search.py
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
@@ -29,8 +28,7 @@ from prompttune.results.run import RunResult
 
 def trials(result: RunResult) -> list[tuple]:
     """What a search decided, trial by trial: each trial's candidate and dev score."""
-    rows = [json.loads(line) for line in (result.run_dir / "trials.jsonl").read_text().splitlines()]
-    return [(row["candidate_id"], row.get("instruction"), row["n"], row["score"]) for row in rows]
+    return [(row["candidate_id"], row.get("instruction"), row["n"], row["score"]) for row in result.trials.load()]
 
 
 def main() -> None:
