@@ -53,7 +53,7 @@ from prompttune.engine.study import checked_search, run_study, run_versions
 from prompttune.engine.workers import Executor, ProcessExecutor
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers import SearchContext
@@ -155,9 +155,7 @@ def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
     for run in runs:
         bench = benches[run.seed]
         test = bench.task.splits["test"]
-        evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test},
-                              {ex.id: ex for ex in bench.task.splits["train"]}, bench.shared, ledger,
-                              scoring=bench.config.scoring)
+        evaluator = build_evaluator(bench.config, bench.backend, test, bench.task.splits["train"], bench.shared, ledger)
         run.test_correct = [r.correct for r in evaluator.evaluate(run.best, [ex.id for ex in test])]
     return ledger.calls
 
@@ -178,8 +176,7 @@ def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> Equ
     for run in runs:
         bench = benches[run.seed]
         test = bench.task.splits["test"]
-        evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
-                              bench.shared, ledger, scoring=bench.config.scoring)
+        evaluator = build_evaluator(bench.config, bench.backend, test, bench.task.splits["train"], bench.shared, ledger)
         records = evaluator.evaluate(pick_at(run, spend, cap.unit), [ex.id for ex in test])
         accuracy.setdefault(run.arm, {})[run.seed] = sum(r.correct for r in records) / len(records)
     return EqualSpend(cap.unit, spend, accuracy, ledger.calls)

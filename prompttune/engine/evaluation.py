@@ -24,7 +24,7 @@ from prompttune.engine.setup import check_paths, make_run_dir, task_space
 from prompttune.engine.study import run_versions
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.contract import GENERATION
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import Evaluator, build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass, class_figures
 from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
@@ -275,8 +275,8 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
     ledger = BudgetLedger(cap_calls=config.budget)
     examples = task.splits[config.split]
     ids = [ex.id for ex in examples]
-    evaluator = Evaluator(backend, {ex.id: ex for ex in examples}, {ex.id: ex for ex in task.splits["train"]},
-                          cache, ledger, scoring=settings[0], max_new_tokens=config.max_new_tokens)
+    evaluator = build_evaluator(config.run_config(), backend, examples, task.splits["train"], cache, ledger,
+                                scoring=settings[0], max_new_tokens=config.max_new_tokens)
     n_classes = len(task.labels)
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -59,7 +59,7 @@ from prompttune.engine.verdicts import final_look, new_look, next_look_alpha, re
 from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import held_out_verdict
-from prompttune.evaluation.evaluator import Evaluator, prompt_tokens
+from prompttune.evaluation.evaluator import build_evaluator, prompt_tokens
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.per_class import per_class
@@ -241,12 +241,12 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
                 return MeteredCache(cache) if metered else cache
 
-        seen_examples = {ex.id: ex for split in visible.splits.values() for ex in split}
+        seen_examples = [ex for split in visible.splits.values() for ex in split]
         # Under serve generate the search's cap keeps back the finalists' rescoring, which the full cap then pays.
         search_ledger = BudgetLedger(cap_calls=context.budget, cap_tokens=config.budget_tokens)
         search_view = cache_view(search_ledger)
-        evaluator = Evaluator(backend, seen_examples, train, search_view, search_ledger,
-                              scoring=search_scoring(config, backend))
+        evaluator = build_evaluator(config, backend, seen_examples, train.values(), search_view, search_ledger,
+                                    scoring=search_scoring(config, backend))
         advice: list[str] = []
 
         def advise(critique: str) -> None:
@@ -271,13 +271,13 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             if serve == "generate" and not interim:  # a stopped search makes no further call
                 search_ledger.cap_calls = config.budget
                 ranking, finalists = rescore_finalists(
-                    outcome.ranking, baseline, Evaluator(backend, seen_examples, train, search_view, search_ledger,
-                                                         scoring="generate"),
+                    outcome.ranking, baseline, build_evaluator(config, backend, seen_examples, train.values(),
+                                                               search_view, search_ledger, scoring="generate"),
                     context.dev_ids, context.score)
             alpha = next_look_alpha(looks, config.alpha, interim)
             confirm_ledger = BudgetLedger()
-            test_evaluator = Evaluator(backend, {ex.id: ex for ex in test}, train, cache_view(confirm_ledger),
-                                       confirm_ledger, scoring=config.scoring)
+            test_evaluator = build_evaluator(config, backend, test, train.values(), cache_view(confirm_ledger),
+                                             confirm_ledger)
             so_far = " (of the best candidate so far: the search was interrupted)" if interim else ""
             console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
             verdict = held_out_verdict(baseline, ranking, test_evaluator, test_ids, alpha,
@@ -288,8 +288,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
             elif config.check_generation:
                 generation_ledger = BudgetLedger()
                 console.print(f"generation check on the first {config.check_generation} test examples…")
-                generation = check_generation(verdict, Evaluator(
-                    backend, {ex.id: ex for ex in test}, train, cache_view(generation_ledger), generation_ledger,
+                generation = check_generation(verdict, build_evaluator(
+                    config, backend, test, train.values(), cache_view(generation_ledger), generation_ledger,
                     scoring="generate"), config.check_generation, serve)
         except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
             if run_dir:
