@@ -19,7 +19,6 @@ from typing import Any, Callable, Literal, NamedTuple, Sequence
 from rich.console import Console
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import loading
 from prompttune.comparing.arms import ARM_FILE, ArmRun, Bench, arm_config, check_arms, load_arm_run, save_arm_run
 from prompttune.comparing.coverage import Coverage, coverage_check, plan_coverage
 from prompttune.comparing.fairness import (
@@ -37,15 +36,14 @@ from prompttune.comparing.variants import optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import RunInterrupted, StopRequest, resumable_outage
-from prompttune.core.provenance import record_code
-from prompttune.core.storage import read_json, write_atomic
+from prompttune.core.storage import read_json
+from prompttune.engine.run_dir import BackendFactory, open_run
 from prompttune.engine.setup import (
     RUN_DIR,
     build_backend,
     check_paths,
     load_run_task,
     load_space,
-    new_run_dir,
     require_dev_budget,
     run_contract,
 )
@@ -180,9 +178,6 @@ def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> Equ
         records = evaluator.evaluate(pick_at(run, spend, cap.unit), [ex.id for ex in test])
         accuracy.setdefault(run.arm, {})[run.seed] = sum(r.correct for r in records) / len(records)
     return EqualSpend(cap.unit, spend, accuracy, ledger.calls)
-
-
-BackendFactory = Callable[[RunConfig], Backend]
 
 
 @dataclass(frozen=True)
@@ -350,78 +345,76 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError("--jobs > 1 or --executor ray gives every worker its own model: pass backend_factory, not a backend")
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor)
     first = draws[seeds[0]]
-    with loading(config, quietly=not progress and backend is None):
-        watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
-    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
-    write_atomic(run_dir / "config.json", json.dumps(
-        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
-         "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2))
-    record_code(run_dir)
-    reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
-    caps = caps_of(match, config.budget, config.budget_tokens)
-    shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    benches = {seed: Bench(d.config, d.task, d.space, watch, shared, options, d.coverage, run_dir / "arms", console,
-                           progress, in_memory=data is not None)
-               for seed, d in draws.items()}
-    try:
-        done: dict[tuple[str, int], ArmRun] = {}
-        todo = []
-        for arm in arms:
-            for seed in seeds:
-                earlier = reuse.get(_arm_key(benches[seed].arm_config(arm, seed)))
-                if earlier and (earlier / ARM_FILE).is_file():
-                    done[(arm, seed)] = load_arm_run(earlier)
-                    console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
-                else:
-                    todo.append((arm, seed, earlier))
+    with open_run(config, backend, build=backend_factory or build_backend, quietly=not progress) as model:
+        watch = ModelWatch(model.backend, first.task)
+        run_dir = model.directory(config.runs_dir, f"{first.task.name}-compare", json.dumps(
+            {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
+             "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2), resume_dir)
+        reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
+        caps = caps_of(match, config.budget, config.budget_tokens)
+        shared = ResultCache(config.cache or run_dir / "cache.sqlite")
+        benches = {seed: Bench(d.config, d.task, d.space, watch, shared, options, d.coverage, run_dir / "arms", console,
+                               progress, in_memory=data is not None)
+                   for seed, d in draws.items()}
+        try:
+            done: dict[tuple[str, int], ArmRun] = {}
+            todo = []
+            for arm in arms:
+                for seed in seeds:
+                    earlier = reuse.get(_arm_key(benches[seed].arm_config(arm, seed)))
+                    if earlier and (earlier / ARM_FILE).is_file():
+                        done[(arm, seed)] = load_arm_run(earlier)
+                        console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
+                    else:
+                        todo.append((arm, seed, earlier))
 
-        def finished(run: ArmRun) -> None:
-            done[(run.arm, run.seed)] = run
-            c, raw = run.confirmation, run.raw_confirmation
-            console.print(f"[bold]{run.arm} seed {run.seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
-                          f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
-                          f"{caps[0].charged(run)}/{caps[0].limit} {caps[0].unit}")
-        if not in_workers:
-            for arm, seed, earlier in todo:
-                watch.watch(benches[seed].task)
-                run = run_arm(benches[seed], arm, seed, earlier)
-                save_arm_run(run)
-                finished(run)
-        else:
-            (run_dir / "arms").mkdir(exist_ok=True)  # a worker that does not see it runs on another file system
-            with make_executor(executor, jobs) as workers:
-                open_cache = workers.cache_opener(Path(config.cache or run_dir / "cache.sqlite"))
-                work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
-                               earlier, backend_factory or build_backend, data)
-                        for arm, seed, earlier in todo]
-                workers.run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
-                            f"compare --resume {run_dir}")
-        runs = [done[(arm, seed)] for arm in arms for seed in seeds]
-        verdict_calls = _rescore_winners(benches, runs)
-        equal_spend = _equal_spend(benches, runs, caps[0])
-    except KeyboardInterrupt:
-        raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
-                             f"`compare --resume {run_dir}`") from None
-    except BackendUnavailable as exc:
-        raise resumable_outage(exc, f"compare --resume {run_dir}") from None
-    finally:
-        shared.close()
-    summaries = summarize(runs, arms, seeds)
-    tasks = {seed: bench.task for seed, bench in benches.items()}
-    checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
-              coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
-    if config.pool == "reporting" and data is None:
-        checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
-    comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
-                            first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
-                            time.time() - started, equal_spend,
-                            run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
-                                         passed=backend is not None or backend_factory is not None), options)
-    plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
-    write_report(comparison)
-    write_html_report(run_dir)
-    if progress:
-        print_summary(comparison, console)
+            def finished(run: ArmRun) -> None:
+                done[(run.arm, run.seed)] = run
+                c, raw = run.confirmation, run.raw_confirmation
+                console.print(f"[bold]{run.arm} seed {run.seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
+                              f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
+                              f"{caps[0].charged(run)}/{caps[0].limit} {caps[0].unit}")
+            if not in_workers:
+                for arm, seed, earlier in todo:
+                    watch.watch(benches[seed].task)
+                    run = run_arm(benches[seed], arm, seed, earlier)
+                    save_arm_run(run)
+                    finished(run)
+            else:
+                (run_dir / "arms").mkdir(exist_ok=True)  # a worker that does not see it runs on another file system
+                with make_executor(executor, jobs) as workers:
+                    open_cache = workers.cache_opener(Path(config.cache or run_dir / "cache.sqlite"))
+                    work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
+                                   earlier, backend_factory or build_backend, data)
+                            for arm, seed, earlier in todo]
+                    workers.run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
+                                f"compare --resume {run_dir}")
+            runs = [done[(arm, seed)] for arm in arms for seed in seeds]
+            verdict_calls = _rescore_winners(benches, runs)
+            equal_spend = _equal_spend(benches, runs, caps[0])
+        except KeyboardInterrupt:
+            raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
+                                 f"`compare --resume {run_dir}`") from None
+        except BackendUnavailable as exc:
+            raise resumable_outage(exc, f"compare --resume {run_dir}") from None
+        finally:
+            shared.close()
+        summaries = summarize(runs, arms, seeds)
+        tasks = {seed: bench.task for seed, bench in benches.items()}
+        checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
+                  coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
+        if config.pool == "reporting" and data is None:
+            checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
+        comparison = Comparison(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
+                                first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
+                                time.time() - started, equal_spend,
+                                run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
+                                             passed=backend is not None or backend_factory is not None), options)
+        plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
+        write_report(comparison)
+        write_html_report(run_dir)
+        if progress:
+            print_summary(comparison, console)
     return comparison
 
 

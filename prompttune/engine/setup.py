@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from contextvars import ContextVar
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -163,23 +162,6 @@ def read_run_config(run_dir: Path) -> RunConfig:
         err = exc.errors()[0]
         where = ".".join(map(str, err["loc"])) or "top level"
         raise UserError(f"{path}: {where}: {err['msg']} (not the config of an optimize run?)") from None
-
-
-def make_run_dir(config: RunConfig, task_name: str) -> Path:
-    return new_run_dir(config.runs_dir, f"{task_name}-{config.optimizer}-s{config.seed}")
-
-
-def new_run_dir(runs_dir: str, label: str) -> Path:
-    """`runs_dir/<UTC timestamp>-<label>`, suffixed when two runs start in the same second."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(runs_dir) / f"{stamp}-{label}"
-    suffix = 1
-    while path.exists():
-        path = path.with_name(f"{path.name}-{suffix}")
-        suffix += 1
-    path.mkdir(parents=True)
-    RUN_DIR.set(path)
-    return path
 
 
 def point_latest(run_dir: Path) -> None:

@@ -15,17 +15,17 @@ from __future__ import annotations
 import json
 import math
 import time
-from contextlib import ExitStack, closing, nullcontext
-from dataclasses import asdict
+from contextlib import ExitStack, closing, contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune import __version__
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend, loading
+from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import (
@@ -37,11 +37,11 @@ from prompttune.core.interrupt import (
     resumable_outage,
     stop_on_signals,
 )
-from prompttune.core.provenance import record_code
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
 from prompttune.core.types import Example
 from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.results import Resumption, RunResult
+from prompttune.engine.run_dir import OpenRun, open_run, run_label
 from prompttune.engine.setup import (
     RUN_DIR,
     build_proposer_backend,
@@ -49,23 +49,36 @@ from prompttune.engine.setup import (
     check_proposer_backend,
     load_run_task,
     load_space,
-    make_run_dir,
     read_run_config,
     require_dev_budget,
     run_contract,
     search_context,
 )
-from prompttune.engine.verdicts import final_look, new_look, next_look_alpha, record_look, recorded_looks, served_verdicts
+from prompttune.engine.verdicts import (
+    Look,
+    final_look,
+    new_look,
+    next_look_alpha,
+    record_look,
+    recorded_looks,
+    served_verdicts,
+)
 from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import held_out_verdict
-from prompttune.evaluation.evaluator import build_evaluator, prompt_tokens
+from prompttune.evaluation.confirmation import Verdict, held_out_verdict
+from prompttune.evaluation.evaluator import Evaluator, build_evaluator, prompt_tokens
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.per_class import per_class
-from prompttune.evaluation.serving import check_generation, rescore_finalists, served_by_verdict
+from prompttune.evaluation.serving import (
+    FinalistRescoring,
+    GenerationCheck,
+    check_generation,
+    rescore_finalists,
+    served_by_verdict,
+)
 from prompttune.objectives import Objective, get_objective
-from prompttune.optimizers.base import SearchContext
+from prompttune.optimizers.base import SearchContext, SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND
@@ -162,12 +175,92 @@ def _progress(console: Console, shown: bool) -> Progress | nullcontext:
                     console=console, transient=False)
 
 
+@dataclass
+class OpenedRun:
+    """What the open-run step hands the search, the judge and the record: the resolved config and task, the
+    models, the run directory (None when unrecorded) with what an interrupted session left there, the stop."""
+
+    config: RunConfig
+    task: Task
+    visible: Task  # the task without its test split: all the search may see
+    context: SearchContext
+    model: OpenRun
+    console: Console
+    stop: StopRequest
+    started: float
+    proposer_backend: Backend | None = None
+    run_dir: Path | None = None
+    looks: list[Look] = field(default_factory=list)
+    cache_view: CacheView | None = None
+    trials_before: int | None = None  # a resumed run's trials, set aside
+    earlier: dict = field(default_factory=dict)  # what the interrupted session recorded
+    counts_at_start: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def backend(self) -> Backend:
+        return self.model.backend
+
+    @property
+    def train(self) -> dict[str, Example]:
+        return {ex.id: ex for ex in self.visible.splits["train"]}
+
+    def servers(self) -> dict[str, dict[str, int]]:
+        return _server_counts(self.backend, self.counts_at_start, self.earlier.get("servers", {}))
+
+    def evaluator(self, examples: Sequence[Example], view: ResultCache | MeteredCache, ledger: BudgetLedger,
+                  scoring: str | None = None) -> Evaluator:
+        """An evaluator of this run's model over `examples`, demos from the train split."""
+        return build_evaluator(self.config, self.backend, examples, self.visible.splits["train"], view, ledger, scoring)
+
+    @contextmanager
+    def resumable(self) -> Iterator[None]:
+        """Around the model's work: an outage or a signal marks the run directory resumable (the cache holds
+        every answered call)."""
+        try:
+            yield
+        except BackendUnavailable as exc:
+            if self.run_dir:
+                mark_interrupted(self.run_dir, str(exc), self.servers())
+                exc.run_dir = self.run_dir
+            raise
+        except RunInterrupted as exc:
+            if self.run_dir:
+                mark_interrupted(self.run_dir, exc.reason, self.servers())
+            raise
+
+
+@dataclass(frozen=True)
+class Searched:
+    """The search step's outcome: the strategy, its evaluator and ledger, and the ranking the judge tests."""
+
+    strategy: Strategy
+    evaluator: Evaluator
+    ledger: BudgetLedger
+    storage: TrialStorage
+    outcome: SearchOutcome
+    ranking: list[Candidate]
+    finalists: FinalistRescoring | None
+    advice: list[str]
+    started: float  # perf_counter at the search's start: the clock of the backend's use
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The held-out verdict, the evaluator and ledger that tested it, its alpha and the generation check."""
+
+    verdict: Verdict
+    evaluator: Evaluator
+    ledger: BudgetLedger
+    alpha: float
+    generation: GenerationCheck | None
+
+
 def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace | None = None,
               objective: Objective | None = None, backend: Backend | None = None,
               console: Console | None = None, progress: bool = False, handle_signals: bool = False,
               cache_view: CacheView | None = None, resume_dir: Path | None = None,
               record: bool = True, stop: StopRequest | None = None) -> RunResult:
-    """One search and its held-out verdict.
+    """One search and its held-out verdict, in four steps: open the run, search, judge on the test split, record.
 
     `task` and `space` default to what `config` names (files or built-ins); pass objects to run on
     in-memory data or a space built in Python. `objective` is a callable `(gold, pred, n_classes) ->
@@ -195,151 +288,171 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
     visible, context, build_strategy = checked_search(config, task, space, objective)
     # Backends, signal handlers and cache are released however the run ends: finished, stopped by a
     # signal or an outage, or failed.
-    passed_backend = backend  # the caller's, left open; one the run builds is closed when it ends
-    with ExitStack() as resources:
-        with loading(config, quietly=not progress and (backend is None or bool(config.proposer_model))):
-            backend = backend or resources.enter_context(closing(build_backend(config)))
-            proposer_backend = (resources.enter_context(closing(build_proposer_backend(config)))
-                                if config.proposer_model else backend)
-        counts_at_start = backend.server_counts()
-        console.print(contract.contract_line(serve, declared))  # the run's first line, once the model answers
-        console.print(backend.describe())
-        if task.split_note:
-            console.print(f"task {task.name}: splits train {len(task.splits['train'])} / dev {len(task.splits['dev'])} "
-                          f"/ test {len(task.splits['test'])}, {task.split_note}", markup=False)
-        for warning in task.warnings:
-            console.print(f"warning: {warning}", markup=False)
-        train = {ex.id: ex for ex in visible.splits["train"]}
-        check_prompt_ceiling(config, backend, context.space.default_candidate(), train)
-        check_contract(context, backend, console)
-        run_dir = (resume_dir or make_run_dir(config, task.name)) if record else None
-        looks = recorded_looks(run_dir) if run_dir else []
-        if not console.quiet:  # worked out only where shown: the oracle benchmarks run thousands of quiet searches
-            statement, warning = confirmable_gain(len(task.splits["test"]),
-                                                  next_look_alpha(looks, config.alpha, False), config.confirm_top)
-            console.print(statement)
-            if warning:
-                console.print(f"warning: {warning}")
-        if handle_signals:
-            stop = resources.enter_context(stop_on_signals(f"optimize --resume {run_dir}"))
-        elif stop is None:
-            stop = StopRequest("")  # a library call: no handler, so nothing ever asks the search to stop
-        if run_dir:
-            write_atomic(run_dir / "config.json", config.model_dump_json(indent=2))
-            record_code(run_dir)
-        trials_before = set_aside_trials(run_dir) if resume_dir else None
-        earlier = interruption(resume_dir) if resume_dir else {}
+    with open_run(config, backend, build=build_backend, quietly=not progress) as model, ExitStack() as resources:
+        run = OpenedRun(config, task, visible, context, model, console, stop or StopRequest(""), started,
+                        cache_view=cache_view)
+        open_study(run, resources, declared, resume_dir, record, handle_signals)
+        searched = search(run, build_strategy, progress)
+        return record_run(run, searched, judge(run, searched), progress)
 
-        def servers() -> dict[str, dict[str, int]]:
-            return _server_counts(backend, counts_at_start, earlier.get("servers", {}))
 
-        if cache_view is None:
-            cache = resources.enter_context(closing(ResultCache(
-                config.cache or (run_dir / "cache.sqlite" if run_dir else ":memory:"))))
-            metered = bool(config.cache or resume_dir)
+def open_study(run: OpenedRun, resources: ExitStack, declared: bool, resume_dir: Path | None, record: bool,
+               handle_signals: bool) -> None:
+    """Open the run: a proposer model where one is named, the run's first lines, the checks that need the
+    model, the run directory (new, or `resume_dir` taken back), signal handling and the cache."""
+    config, task, console = run.config, run.task, run.console
+    run.proposer_backend = (run.model.hold(build_proposer_backend, config) if config.proposer_model
+                            else run.backend)
+    run.counts_at_start = run.backend.server_counts()
+    console.print(contract.contract_line(config.contract, declared))  # the run's first line, once the model answers
+    console.print(run.backend.describe())
+    if task.split_note:
+        console.print(f"task {task.name}: splits train {len(task.splits['train'])} / dev {len(task.splits['dev'])} "
+                      f"/ test {len(task.splits['test'])}, {task.split_note}", markup=False)
+    for warning in task.warnings:
+        console.print(f"warning: {warning}", markup=False)
+    check_prompt_ceiling(config, run.backend, run.context.space.default_candidate(), run.train)
+    check_contract(run.context, run.backend, console)
+    if record:
+        run.run_dir = run.model.directory(config.runs_dir, run_label(config, task.name),
+                                          config.model_dump_json(indent=2), resume_dir)
+        run.looks = recorded_looks(run.run_dir)
+    if not console.quiet:  # worked out only where shown: the oracle benchmarks run thousands of quiet searches
+        statement, warning = confirmable_gain(len(task.splits["test"]),
+                                              next_look_alpha(run.looks, config.alpha, False), config.confirm_top)
+        console.print(statement)
+        if warning:
+            console.print(f"warning: {warning}")
+    if handle_signals:
+        run.stop = resources.enter_context(stop_on_signals(f"optimize --resume {run.run_dir}"))
+    if resume_dir:
+        run.trials_before, run.earlier = set_aside_trials(resume_dir), interruption(resume_dir)
+    if run.cache_view is None:
+        cache = resources.enter_context(closing(ResultCache(
+            config.cache or (run.run_dir / "cache.sqlite" if run.run_dir else ":memory:"))))
+        run.cache_view = _private_view(cache, metered=bool(config.cache or resume_dir))
 
-            def cache_view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
-                return MeteredCache(cache) if metered else cache
 
-        seen_examples = [ex for split in visible.splits.values() for ex in split]
-        # Under serve generate the search's cap keeps back the finalists' rescoring, which the full cap then pays.
-        search_ledger = BudgetLedger(cap_calls=context.budget, cap_tokens=config.budget_tokens)
-        search_view = cache_view(search_ledger)
-        evaluator = build_evaluator(config, backend, seen_examples, train.values(), search_view, search_ledger,
-                                    scoring=search_scoring(config, backend))
-        advice: list[str] = []
+def _private_view(cache: ResultCache, metered: bool) -> CacheView:
+    """The run's own cache for every ledger: through `MeteredCache` where it holds calls this run did not make
+    (a shared --cache, an interrupted run's)."""
+    def view(ledger: BudgetLedger) -> ResultCache | MeteredCache:
+        return MeteredCache(cache) if metered else cache
+    return view
 
-        def advise(critique: str) -> None:
-            advice.append(critique_advice(config, critique))
-            console.print(f"note: {advice[-1]}", markup=False)
 
-        strategy = build_strategy(Setting(config, context, visible, evaluator,
-                                          Proposer(proposer_backend, evaluator.meter, on_unusable_critique=advise),
-                                          run_dir))
-        storage: TrialStorage = JsonlStorage(run_dir / "trials.jsonl") if run_dir else InMemoryStorage()
-        baseline = strategy.baseline
-        test = task.splits["test"]
-        test_ids = [ex.id for ex in test]
-        searched_from = time.perf_counter()
-        try:
-            with _progress(console, progress) as bar_view:
-                on_trial = _trial_watch(config, bar_view, search_ledger, len(test), console, task.name)
-                with stop.during_search():
-                    outcome = strategy.search(storage, on_trial, stop)
-            interim = outcome.interrupted
-            ranking, finalists = outcome.ranking, None
-            if serve == "generate" and not interim:  # a stopped search makes no further call
-                search_ledger.cap_calls = config.budget
-                ranking, finalists = rescore_finalists(
-                    outcome.ranking, baseline, build_evaluator(config, backend, seen_examples, train.values(),
-                                                               search_view, search_ledger, scoring="generate"),
-                    context.dev_ids, context.score)
-            alpha = next_look_alpha(looks, config.alpha, interim)
-            confirm_ledger = BudgetLedger()
-            test_evaluator = build_evaluator(config, backend, test, train.values(), cache_view(confirm_ledger),
-                                             confirm_ledger)
-            so_far = " (of the best candidate so far: the search was interrupted)" if interim else ""
-            console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
-            verdict = held_out_verdict(baseline, ranking, test_evaluator, test_ids, alpha,
-                                       config.confirm_top, config.seed)
-            generation = None
-            if serve == "generate":
-                generation = served_by_verdict(verdict)
-            elif config.check_generation:
-                generation_ledger = BudgetLedger()
-                console.print(f"generation check on the first {config.check_generation} test examples…")
-                generation = check_generation(verdict, build_evaluator(
-                    config, backend, test, train.values(), cache_view(generation_ledger), generation_ledger,
-                    scoring="generate"), config.check_generation, serve)
-        except BackendUnavailable as exc:  # stop resumably: the cache holds every answered call
-            if run_dir:
-                mark_interrupted(run_dir, str(exc), servers())
-                exc.run_dir = run_dir
-            raise
-        except RunInterrupted as exc:
-            if run_dir:
-                mark_interrupted(run_dir, exc.reason, servers())
-            raise
-        backend_use = (evaluator.meter.use + test_evaluator.meter.use).summary(time.perf_counter() - searched_from)
-        strategy.after_verdict(verdict, run_dir)
-        resumed = (Resumption(trials_before, evaluator.cache.foreign_calls, earlier.get("reason"))
-                   if trials_before is not None else None)
-        result = RunResult(run_dir, config, baseline, context.space, outcome, verdict, search_ledger,
-                           confirm_ledger, time.time() - started, train, tuple(task.input_fields), backend.to_text,
-                           strategy, storage, resumed, servers(), generation_check=generation, finalists=finalists,
-                           per_class=per_class(verdict, task.labels, config.class_loss_margin),
-                           versions=run_versions(config, backend, passed=passed_backend is not None),
-                           backend_use=backend_use,
-                           labels=tuple(task.labels), split_note=task.split_note,
-                           split_sizes={name: len(task.splits[name]) for name in ("train", "dev", "test")},
-                           data_warnings=tuple(task.warnings), backend=passed_backend, advice=tuple(advice),
-                           prompt_tokens={role: tokens_of(backend, candidate, train) for role, candidate in
-                                          (("baseline", baseline), ("shipped", verdict.shipped),
-                                           ("dev winner", verdict.dev_winner))})
-        if run_dir is None:
-            return result
-        stopped = f"stopped by {stop.signal} after the trial in flight" if interim else None
-        if stopped:  # before verdict.json, which alone would say finished
-            mark_interrupted(run_dir, stopped, servers())
-        decided = None if interim else final_look(looks)  # recorded by a session stopped while writing its report
-        try:
-            result.test_looks = (served_verdicts(run_dir.parent, decided) if decided else record_look(
-                run_dir.parent, run_dir, new_look(run_dir, task.name, config.split_seed, test_ids, interim, alpha,
-                                                  verdict.summary(), verdict.shipped.id)))
-            _write_record(result, task, interim)
-            if not stopped:
-                clear_interruption(run_dir)
-            write_html_report(run_dir)
-        except RunInterrupted as exc:  # a signal while the record is written: a resume writes it again
-            mark_interrupted(run_dir, exc.reason, servers())
-            raise
-        if progress:
-            print_summary(result, console)
-        if stopped:
-            raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its interim held-out "
-                                 f"verdict, is {run_dir / 'report.md'}; finish the run with "
-                                 f"`optimize --resume {run_dir}`", stopped)
+def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progress: bool) -> Searched:
+    """The strategy searches train+dev under the search's cap; under serve generate its finalists are then
+    rescored by generation, paid from the full cap the search's cap kept that back for."""
+    config, console = run.config, run.console
+    assert run.cache_view is not None and run.proposer_backend is not None
+    seen = [ex for split in run.visible.splits.values() for ex in split]
+    ledger = BudgetLedger(cap_calls=run.context.budget, cap_tokens=config.budget_tokens)
+    evaluator = run.evaluator(seen, run.cache_view(ledger), ledger, search_scoring(config, run.backend))
+    advice: list[str] = []
+
+    def advise(critique: str) -> None:
+        advice.append(critique_advice(config, critique))
+        console.print(f"note: {advice[-1]}", markup=False)
+
+    strategy = build_strategy(Setting(config, run.context, run.visible, evaluator,
+                                      Proposer(run.proposer_backend, evaluator.meter, on_unusable_critique=advise),
+                                      run.run_dir))
+    storage: TrialStorage = JsonlStorage(run.run_dir / "trials.jsonl") if run.run_dir else InMemoryStorage()
+    started = time.perf_counter()
+    with run.resumable():
+        with _progress(console, progress) as bar_view:
+            on_trial = _trial_watch(config, bar_view, ledger, len(run.task.splits["test"]), console, run.task.name)
+            with run.stop.during_search():
+                outcome = strategy.search(storage, on_trial, run.stop)
+        ranking, finalists = outcome.ranking, None
+        if config.contract == "generate" and not outcome.interrupted:  # a stopped search makes no further call
+            ledger.cap_calls = config.budget
+            ranking, finalists = rescore_finalists(
+                outcome.ranking, strategy.baseline, run.evaluator(seen, evaluator.cache, ledger, "generate"),
+                run.context.dev_ids, run.context.score)
+    return Searched(strategy, evaluator, ledger, storage, outcome, ranking, finalists, advice, started)
+
+
+def judge(run: OpenedRun, searched: Searched) -> Judged:
+    """The held-out verdict on the test split the search never saw (at the alpha this look may spend), and the
+    generation check: the verdict's own under serve generate, else on the first `check_generation` examples."""
+    config, test, interim = run.config, run.task.splits["test"], searched.outcome.interrupted
+    assert run.cache_view is not None
+    with run.resumable():
+        alpha = next_look_alpha(run.looks, config.alpha, interim)
+        ledger = BudgetLedger()
+        evaluator = run.evaluator(test, run.cache_view(ledger), ledger)
+        so_far = " (of the best candidate so far: the search was interrupted)" if interim else ""
+        run.console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
+        verdict = held_out_verdict(searched.strategy.baseline, searched.ranking, evaluator, [ex.id for ex in test],
+                                   alpha, config.confirm_top, config.seed)
+        generation = None
+        if config.contract == "generate":
+            generation = served_by_verdict(verdict)
+        elif config.check_generation:
+            generation_ledger = BudgetLedger()
+            run.console.print(f"generation check on the first {config.check_generation} test examples…")
+            generation = check_generation(verdict, run.evaluator(test, run.cache_view(generation_ledger),
+                                                                 generation_ledger, "generate"),
+                                          config.check_generation, config.contract)
+    return Judged(verdict, evaluator, ledger, alpha, generation)
+
+
+def run_result(run: OpenedRun, searched: Searched, judged: Judged) -> RunResult:
+    """The run's result, in memory: what every report, export and the API read."""
+    config, task, verdict, baseline, train = run.config, run.task, judged.verdict, searched.strategy.baseline, run.train
+    backend_use = (searched.evaluator.meter.use + judged.evaluator.meter.use).summary(
+        time.perf_counter() - searched.started)
+    searched.strategy.after_verdict(verdict, run.run_dir)  # its last word, after the backend's use is read
+    resumed = (Resumption(run.trials_before, searched.evaluator.cache.foreign_calls, run.earlier.get("reason"))
+               if run.trials_before is not None else None)
+    return RunResult(run.run_dir, config, baseline, run.context.space, searched.outcome, verdict, searched.ledger,
+                     judged.ledger, time.time() - run.started, train, tuple(task.input_fields), run.backend.to_text,
+                     searched.strategy, searched.storage, resumed, run.servers(),
+                     generation_check=judged.generation, finalists=searched.finalists,
+                     per_class=per_class(verdict, task.labels, config.class_loss_margin),
+                     versions=run_versions(config, run.backend, passed=run.model.passed),
+                     backend_use=backend_use, labels=tuple(task.labels), split_note=task.split_note,
+                     split_sizes={name: len(task.splits[name]) for name in ("train", "dev", "test")},
+                     data_warnings=tuple(task.warnings), backend=run.backend if run.model.passed else None,
+                     advice=tuple(searched.advice),
+                     prompt_tokens={role: tokens_of(run.backend, candidate, train) for role, candidate in
+                                    (("baseline", baseline), ("shipped", verdict.shipped),
+                                     ("dev winner", verdict.dev_winner))})
+
+
+def record_run(run: OpenedRun, searched: Searched, judged: Judged, progress: bool) -> RunResult:
+    """Record the run: its look at the test split, the prompts, report.md and verdict.json (the last: it marks
+    the run finished); a search a signal stopped is recorded with its interim verdict and then raises."""
+    result = run_result(run, searched, judged)
+    run_dir, interim, verdict = run.run_dir, searched.outcome.interrupted, judged.verdict
+    if run_dir is None:
         return result
+    stopped = f"stopped by {run.stop.signal} after the trial in flight" if interim else None
+    if stopped:  # before verdict.json, which alone would say finished
+        mark_interrupted(run_dir, stopped, run.servers())
+    decided = None if interim else final_look(run.looks)  # recorded by a session stopped while writing its report
+    try:
+        result.test_looks = (served_verdicts(run_dir.parent, decided) if decided else record_look(
+            run_dir.parent, run_dir, new_look(run_dir, run.task.name, run.config.split_seed,
+                                              [ex.id for ex in run.task.splits["test"]], interim, judged.alpha,
+                                              verdict.summary(), verdict.shipped.id)))
+        write_record(result, run.task, interim)
+        if not stopped:
+            clear_interruption(run_dir)
+        write_html_report(run_dir)
+    except RunInterrupted as exc:  # a signal while the record is written: a resume writes it again
+        mark_interrupted(run_dir, exc.reason, run.servers())
+        raise
+    if progress:
+        print_summary(result, run.console)
+    if stopped:
+        raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its interim held-out "
+                             f"verdict, is {run_dir / 'report.md'}; finish the run with "
+                             f"`optimize --resume {run_dir}`", stopped)
+    return result
+
 
 
 def search_scoring(config: RunConfig, backend: Backend) -> str:
@@ -362,7 +475,7 @@ def check_contract(context: SearchContext, backend: Backend, console: Console) -
                           "cannot reproduce label offsets: no calibrated candidate is tried")
 
 
-def _write_record(result: RunResult, task: Task, interim: bool) -> None:
+def write_record(result: RunResult, task: Task, interim: bool) -> None:
     """The prompts as the model sees them, the dev leader at each spend, the prompt-tokens plot, report.md and
     verdict.json (last: it marks the run finished)."""
     run_dir, space, baseline, verdict = result.run_dir, result.space, result.baseline, result.verdict
