@@ -12,36 +12,26 @@ trial in flight, test the best so far, write the report marked interrupted".
 
 from __future__ import annotations
 
-import json
-import math
 import time
-from contextlib import ExitStack, closing, contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from contextlib import ExitStack, closing
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune import __version__
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.interrupt import (
-    RunInterrupted,
-    StopRequest,
-    clear_interruption,
-    interruption,
-    mark_interrupted,
-    resumable_outage,
-    stop_on_signals,
-)
-from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage, set_aside_trials, write_atomic
+from prompttune.core.interrupt import StopRequest, interruption, resumable_outage, stop_on_signals
+from prompttune.core.storage import set_aside_trials
 from prompttune.core.types import Example
 from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.results import Resumption, RunResult
-from prompttune.engine.run_dir import OpenRun, open_run, run_label
+from prompttune.engine.run_dir import open_run, run_label
+from prompttune.engine.run_record import record_run
+from prompttune.engine.run_steps import CacheView, Judged, OpenedRun, Searched, judge, search
 from prompttune.engine.setup import (
     RUN_DIR,
     build_proposer_backend,
@@ -54,65 +44,22 @@ from prompttune.engine.setup import (
     run_contract,
     search_context,
 )
-from prompttune.engine.verdicts import (
-    Look,
-    final_look,
-    new_look,
-    next_look_alpha,
-    record_look,
-    recorded_looks,
-    served_verdicts,
-)
+from prompttune.engine.verdicts import next_look_alpha, recorded_looks
 from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Verdict, held_out_verdict
-from prompttune.evaluation.evaluator import Evaluator, build_evaluator, prompt_tokens
+from prompttune.evaluation.evaluator import prompt_tokens
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.evaluation.per_class import per_class
-from prompttune.evaluation.serving import (
-    FinalistRescoring,
-    GenerationCheck,
-    check_generation,
-    rescore_finalists,
-    served_by_verdict,
-)
 from prompttune.objectives import Objective, get_objective
-from prompttune.optimizers.base import SearchContext, SearchOutcome
-from prompttune.optimizers.proposer import Proposer
+from prompttune.optimizers.base import SearchContext
 from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND
-from prompttune.reports.html.facts import run_status, token_facts, write_run_facts
-from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
-from prompttune.reports.html_report import write_html_report
-from prompttune.reports.optimize_report import confirmable_gain, describe_change, print_summary, write_report
+from prompttune.reports.html.facts import run_status
+from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.tasks.base import Task
-
-CacheView = Callable[[BudgetLedger], ResultCache | MeteredCache]
-
-
-def _server_counts(backend: Backend, at_start: dict[str, dict[str, int]],
-                   earlier: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
-    """Per-server counts of this run: this session's (the backend may have served other runs before)
-    plus those of the sessions an outage or a signal stopped."""
-    return {url: {name: value - at_start.get(url, {}).get(name, 0) + earlier.get(url, {}).get(name, 0)
-                  for name, value in counts.items()}
-            for url, counts in backend.server_counts().items()}
-
-
-def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSpace, baseline: Candidate,
-                 text: str, **facts: object) -> None:
-    """`name`.json (spec, dimensions, diff) and `name`.txt (the prompt as the model sees it)."""
-    write_atomic(run_dir / f"{name}.json", json.dumps({
-        "candidate_id": candidate.id,
-        **facts,
-        "dimensions": candidate.values(space),
-        "spec": asdict(candidate.spec),
-        "diff_from_baseline": describe_change(space, baseline, candidate),
-    }, indent=2, ensure_ascii=False))
-    write_atomic(run_dir / f"{name}.txt", text + "\n")
 
 
 def tokens_of(backend: Backend, candidate: Candidate, train: dict[str, Example]) -> int:
@@ -156,105 +103,6 @@ def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] 
     return versions
 
 
-def critique_advice(config: RunConfig, critique: str) -> str:
-    """The one line a run says when its proposer's critiques are not usable (`Proposer.critique`): who wrote
-    them, and the option that lets a stronger model write them."""
-    shown = repr(critique[:60] + ("…" if len(critique) > 60 else "")) if critique else "an empty answer"
-    if config.proposer_model:
-        return (f"--proposer-model {config.proposer_model} wrote a critique that is not usable ({shown}); "
-                "a stronger --proposer-model writes better ones")
-    return (f"the proposer's critiques are not usable ({shown}): the task model {config.model} writes them; "
-            "--proposer-model MODEL lets a stronger model write them (the task model still answers)")
-
-
-def _progress(console: Console, shown: bool) -> Progress | nullcontext:
-    if not shown:
-        return nullcontext()
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("calls · best dev {task.fields[best]}"), TimeRemainingColumn(),
-                    console=console, transient=False)
-
-
-@dataclass
-class OpenedRun:
-    """What the open-run step hands the search, the judge and the record: the resolved config and task, the
-    models, the run directory (None when unrecorded) with what an interrupted session left there, the stop."""
-
-    config: RunConfig
-    task: Task
-    visible: Task  # the task without its test split: all the search may see
-    context: SearchContext
-    model: OpenRun
-    console: Console
-    stop: StopRequest
-    started: float
-    proposer_backend: Backend | None = None
-    run_dir: Path | None = None
-    looks: list[Look] = field(default_factory=list)
-    cache_view: CacheView | None = None
-    trials_before: int | None = None  # a resumed run's trials, set aside
-    earlier: dict = field(default_factory=dict)  # what the interrupted session recorded
-    counts_at_start: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    @property
-    def backend(self) -> Backend:
-        return self.model.backend
-
-    @property
-    def train(self) -> dict[str, Example]:
-        return {ex.id: ex for ex in self.visible.splits["train"]}
-
-    def servers(self) -> dict[str, dict[str, int]]:
-        return _server_counts(self.backend, self.counts_at_start, self.earlier.get("servers", {}))
-
-    def evaluator(self, examples: Sequence[Example], view: ResultCache | MeteredCache, ledger: BudgetLedger,
-                  scoring: str | None = None) -> Evaluator:
-        """An evaluator of this run's model over `examples`, demos from the train split."""
-        return build_evaluator(self.config, self.backend, examples, self.visible.splits["train"], view, ledger, scoring)
-
-    @contextmanager
-    def resumable(self) -> Iterator[None]:
-        """Around the model's work: an outage or a signal marks the run directory resumable (the cache holds
-        every answered call)."""
-        try:
-            yield
-        except BackendUnavailable as exc:
-            if self.run_dir:
-                mark_interrupted(self.run_dir, str(exc), self.servers())
-                exc.run_dir = self.run_dir
-            raise
-        except RunInterrupted as exc:
-            if self.run_dir:
-                mark_interrupted(self.run_dir, exc.reason, self.servers())
-            raise
-
-
-@dataclass(frozen=True)
-class Searched:
-    """The search step's outcome: the strategy, its evaluator and ledger, and the ranking the judge tests."""
-
-    strategy: Strategy
-    evaluator: Evaluator
-    ledger: BudgetLedger
-    storage: TrialStorage
-    outcome: SearchOutcome
-    ranking: list[Candidate]
-    finalists: FinalistRescoring | None
-    advice: list[str]
-    started: float  # perf_counter at the search's start: the clock of the backend's use
-
-
-@dataclass(frozen=True)
-class Judged:
-    """The held-out verdict, the evaluator and ledger that tested it, its alpha and the generation check."""
-
-    verdict: Verdict
-    evaluator: Evaluator
-    ledger: BudgetLedger
-    alpha: float
-    generation: GenerationCheck | None
-
-
 def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace | None = None,
               objective: Objective | None = None, backend: Backend | None = None,
               console: Console | None = None, progress: bool = False, handle_signals: bool = False,
@@ -293,7 +141,8 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
                         cache_view=cache_view)
         open_study(run, resources, declared, resume_dir, record, handle_signals)
         searched = search(run, build_strategy, progress)
-        return record_run(run, searched, judge(run, searched), progress)
+        judged = judge(run, searched)
+        return record_run(run, run_result(run, searched, judged), judged.alpha, progress)
 
 
 def open_study(run: OpenedRun, resources: ExitStack, declared: bool, resume_dir: Path | None, record: bool,
@@ -341,64 +190,6 @@ def _private_view(cache: ResultCache, metered: bool) -> CacheView:
     return view
 
 
-def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progress: bool) -> Searched:
-    """The strategy searches train+dev under the search's cap; under serve generate its finalists are then
-    rescored by generation, paid from the full cap the search's cap kept that back for."""
-    config, console = run.config, run.console
-    assert run.cache_view is not None and run.proposer_backend is not None
-    seen = [ex for split in run.visible.splits.values() for ex in split]
-    ledger = BudgetLedger(cap_calls=run.context.budget, cap_tokens=config.budget_tokens)
-    evaluator = run.evaluator(seen, run.cache_view(ledger), ledger, search_scoring(config, run.backend))
-    advice: list[str] = []
-
-    def advise(critique: str) -> None:
-        advice.append(critique_advice(config, critique))
-        console.print(f"note: {advice[-1]}", markup=False)
-
-    strategy = build_strategy(Setting(config, run.context, run.visible, evaluator,
-                                      Proposer(run.proposer_backend, evaluator.meter, on_unusable_critique=advise),
-                                      run.run_dir))
-    storage: TrialStorage = JsonlStorage(run.run_dir / "trials.jsonl") if run.run_dir else InMemoryStorage()
-    started = time.perf_counter()
-    with run.resumable():
-        with _progress(console, progress) as bar_view:
-            on_trial = _trial_watch(config, bar_view, ledger, len(run.task.splits["test"]), console, run.task.name)
-            with run.stop.during_search():
-                outcome = strategy.search(storage, on_trial, run.stop)
-        ranking, finalists = outcome.ranking, None
-        if config.contract == "generate" and not outcome.interrupted:  # a stopped search makes no further call
-            ledger.cap_calls = config.budget
-            ranking, finalists = rescore_finalists(
-                outcome.ranking, strategy.baseline, run.evaluator(seen, evaluator.cache, ledger, "generate"),
-                run.context.dev_ids, run.context.score)
-    return Searched(strategy, evaluator, ledger, storage, outcome, ranking, finalists, advice, started)
-
-
-def judge(run: OpenedRun, searched: Searched) -> Judged:
-    """The held-out verdict on the test split the search never saw (at the alpha this look may spend), and the
-    generation check: the verdict's own under serve generate, else on the first `check_generation` examples."""
-    config, test, interim = run.config, run.task.splits["test"], searched.outcome.interrupted
-    assert run.cache_view is not None
-    with run.resumable():
-        alpha = next_look_alpha(run.looks, config.alpha, interim)
-        ledger = BudgetLedger()
-        evaluator = run.evaluator(test, run.cache_view(ledger), ledger)
-        so_far = " (of the best candidate so far: the search was interrupted)" if interim else ""
-        run.console.print(f"held-out verdict on {len(test)} test examples{so_far}…")
-        verdict = held_out_verdict(searched.strategy.baseline, searched.ranking, evaluator, [ex.id for ex in test],
-                                   alpha, config.confirm_top, config.seed)
-        generation = None
-        if config.contract == "generate":
-            generation = served_by_verdict(verdict)
-        elif config.check_generation:
-            generation_ledger = BudgetLedger()
-            run.console.print(f"generation check on the first {config.check_generation} test examples…")
-            generation = check_generation(verdict, run.evaluator(test, run.cache_view(generation_ledger),
-                                                                 generation_ledger, "generate"),
-                                          config.check_generation, config.contract)
-    return Judged(verdict, evaluator, ledger, alpha, generation)
-
-
 def run_result(run: OpenedRun, searched: Searched, judged: Judged) -> RunResult:
     """The run's result, in memory: what every report, export and the API read."""
     config, task, verdict, baseline, train = run.config, run.task, judged.verdict, searched.strategy.baseline, run.train
@@ -422,45 +213,6 @@ def run_result(run: OpenedRun, searched: Searched, judged: Judged) -> RunResult:
                                      ("dev winner", verdict.dev_winner))})
 
 
-def record_run(run: OpenedRun, searched: Searched, judged: Judged, progress: bool) -> RunResult:
-    """Record the run: its look at the test split, the prompts, report.md and verdict.json (the last: it marks
-    the run finished); a search a signal stopped is recorded with its interim verdict and then raises."""
-    result = run_result(run, searched, judged)
-    run_dir, interim, verdict = run.run_dir, searched.outcome.interrupted, judged.verdict
-    if run_dir is None:
-        return result
-    stopped = f"stopped by {run.stop.signal} after the trial in flight" if interim else None
-    if stopped:  # before verdict.json, which alone would say finished
-        mark_interrupted(run_dir, stopped, run.servers())
-    decided = None if interim else final_look(run.looks)  # recorded by a session stopped while writing its report
-    try:
-        result.test_looks = (served_verdicts(run_dir.parent, decided) if decided else record_look(
-            run_dir.parent, run_dir, new_look(run_dir, run.task.name, run.config.split_seed,
-                                              [ex.id for ex in run.task.splits["test"]], interim, judged.alpha,
-                                              verdict.summary(), verdict.shipped.id)))
-        write_record(result, run.task, interim)
-        if not stopped:
-            clear_interruption(run_dir)
-        write_html_report(run_dir)
-    except RunInterrupted as exc:  # a signal while the record is written: a resume writes it again
-        mark_interrupted(run_dir, exc.reason, run.servers())
-        raise
-    if progress:
-        print_summary(result, run.console)
-    if stopped:
-        raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its interim held-out "
-                             f"verdict, is {run_dir / 'report.md'}; finish the run with "
-                             f"`optimize --resume {run_dir}`", stopped)
-    return result
-
-
-
-def search_scoring(config: RunConfig, backend: Backend) -> str:
-    """How the search scores candidates: the verdict's method, except that under serve generate label log-probs
-    rank them as a fast proxy (where the backend has them; the finalists and the verdict generate)."""
-    return "logit" if config.contract == "generate" and backend.scores_labels else config.scoring
-
-
 def check_contract(context: SearchContext, backend: Backend, console: Console) -> None:
     """Before the search: a baseline whose label offsets the contract cannot apply is one line; under `choice`,
     whether `logit_bias` can carry label offsets for the baseline's labels (said once when it cannot)."""
@@ -473,55 +225,6 @@ def check_contract(context: SearchContext, backend: Backend, console: Console) -
         if not context.label_offsets:
             console.print("serve choice: the labels are not one token each of the model's tokenizer, so logit_bias "
                           "cannot reproduce label offsets: no calibrated candidate is tried")
-
-
-def write_record(result: RunResult, task: Task, interim: bool) -> None:
-    """The prompts as the model sees them, the dev leader at each spend, the prompt-tokens plot, report.md and
-    verdict.json (last: it marks the run finished)."""
-    run_dir, space, baseline, verdict = result.run_dir, result.space, result.baseline, result.verdict
-    assert run_dir is not None
-    example = task.splits["test"][0]
-    shipped = verdict.shipped
-    write_prompt(run_dir, "best_prompt", shipped, space, baseline, result.prompt(shipped).render(example),
-                 serve=result.config.contract, verdict=verdict.summary(), is_baseline=shipped.id == baseline.id,
-                 **({"interim": True} if interim else {}))
-    write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline,
-                 result.prompt(verdict.dev_winner).render(example),
-                 label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
-    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, result.prompt(baseline).render(example),
-                 label="baseline: the task's prompt (yours, or the default), the one every candidate must beat",
-                 **({"notes": list(space.notes)} if space.notes else {}))
-    write_atomic(run_dir / "leaders.jsonl", "".join(
-        json.dumps({"calls": calls, "tokens": tokens, "spec": asdict(spec)}) + "\n"
-        for calls, tokens, spec in result.outcome.leaders))  # the dev pick at each spend (budget_curve.py)
-    write_tokens_png(run_dir, token_facts(result), marked_prompts(baseline.id, verdict.dev_winner.id, shipped.id),
-                     result.config.objective)
-    write_report(result, result.config, task, space, baseline)
-    write_run_facts(result, task)
-
-
-def _trial_watch(config: RunConfig, bar_view: Progress | None, ledger: BudgetLedger, test_size: int,
-                 console: Console, task_name: str) -> Callable[[dict], None] | None:
-    """The progress bar's update and, at the first trial the model answered, a wall-time estimate
-    (cache hits take no model time)."""
-    if bar_view is None:
-        return None
-    bar = bar_view.add_task(f"{config.optimizer} on {task_name}", total=config.budget, best="–")
-    search_started = time.time()
-    estimated: list[bool] = []
-
-    def on_trial(trial: dict) -> None:
-        if not estimated and ledger.computed_calls:
-            estimated.append(True)
-            rate = ledger.computed_calls / max(time.time() - search_started, 1e-9)
-            left = config.budget - trial["budget_spent"]
-            console.print(f"measured {rate:.1f} model calls/s: the search's remaining {left} calls should take at "
-                          f"most about {left / rate / 60:.0f} min (less where the cache answers), the held-out "
-                          f"verdict about {2 * test_size / rate / 60:.0f} min more")
-        best = trial.get("best_so_far")
-        bar_view.update(bar, completed=trial["budget_spent"],
-                        best="–" if best is None or math.isnan(best) else f"{best:.3f}")
-    return on_trial
 
 
 def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace | None = None,
