@@ -9,12 +9,10 @@ another run's entry is charged as if the run had made the call itself.
 from __future__ import annotations
 
 import json
-import math
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple, Sequence
+from typing import Any, Literal, Sequence
 
 from rich.console import Console
 
@@ -35,70 +33,22 @@ from prompttune.comparing.summary import ArmSummary, EqualSpend, PairTest, SeedP
 from prompttune.comparing.variants import optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.interrupt import RunInterrupted, StopRequest, resumable_outage
+from prompttune.core.interrupt import RunInterrupted, resumable_outage
 from prompttune.core.storage import read_json
+from prompttune.engine.arm_runs import ArmJob, Draw, draw_seed, make_executor, run_arm, run_job, split_seeds
 from prompttune.engine.run_dir import BackendFactory, open_run
-from prompttune.engine.setup import (
-    RUN_DIR,
-    build_backend,
-    check_paths,
-    load_run_task,
-    load_space,
-    require_dev_budget,
-    run_contract,
-)
-from prompttune.engine.study import checked_search, run_study, run_versions
-from prompttune.engine.workers import Executor, ProcessExecutor
+from prompttune.engine.setup import RUN_DIR, build_backend, check_paths, load_run_task, run_contract
+from prompttune.engine.study import run_versions
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.evaluator import build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
-from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import print_summary, write_report
 from prompttune.reports.html.facts import run_status
 from prompttune.reports.html_report import write_html_report
-from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 from prompttune.tasks.builtin import tuning_pool
-
-
-def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
-            stop: StopRequest | None = None) -> ArmRun:
-    """One arm at one seed through the engine, on the shared model and a metered view of the shared
-    cache; `resume_dir` finishes the arm an interrupted comparison left there. Either way the calls
-    it paid for before are in the shared cache and its fresh metered view charges each of them once
-    more, so its totals equal an uninterrupted arm's. `stop`: a worker's (`--jobs`), which follows the
-    main process's signals."""
-    views: list[tuple[BudgetLedger, MeteredCache, int]] = []  # per ledger: its view, and the request log mark at opening
-
-    def view(ledger: BudgetLedger) -> MeteredCache:
-        views.append((ledger, MeteredCache(bench.shared), bench.backend.mark()))
-        return views[-1][1]
-
-    # The arm loads its own task and space from its config, as a run alone would (in-memory data is
-    # handed over): the fairness checks then verify that every arm saw the same baseline and test examples.
-    result = run_study(bench.arm_config(arm, seed), task=bench.task if bench.in_memory else None,
-                       backend=bench.backend, console=bench.console,
-                       progress=bench.progress, handle_signals=bench.progress, cache_view=view,
-                       resume_dir=resume_dir, stop=stop)
-    search, start = next((v, mark) for ledger, v, mark in views if ledger is result.search_ledger)
-    # The search's view opens just before the search, the verdict's once the search has ended.
-    end = next(mark for ledger, _, mark in views if ledger is result.confirm_ledger)
-    outcome, verdict = result.outcome, result.verdict
-    # Some strategies (successive halving) name a leader only when a round finishes.
-    anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
-    best_dev = None if math.isnan(outcome.leader_dev_score) else outcome.leader_dev_score  # never scored on dev
-    return ArmRun(arm=arm, seed=seed, run_dir=result.run_dir, baseline=result.baseline.spec,
-                  best=result.shipped.spec, best_dev=best_dev, confirmation=result.confirmation,
-                  raw=verdict.dev_winner.spec, raw_confirmation=verdict.leader_confirmation,
-                  space_hash=result.space.fingerprint(), search=result.search_ledger,
-                  confirm_calls=result.confirm_ledger.calls, foreign_calls=search.foreign_calls,
-                  foreign_tokens=search.foreign_tokens, anytime=anytime, stopped_by_budget=outcome.stopped_by_budget,
-                  wall_seconds=result.wall_seconds, notes=[*outcome.notes, f"Verdict: {verdict.summary()}."],
-                  served=bench.backend.served(start, end), test_ids=verdict.test_ids, leaders=outcome.leaders,
-                  per_class=result.per_class)
 
 
 def _arm_key(config: RunConfig) -> tuple[str, str, int]:
@@ -180,91 +130,6 @@ def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> Equ
     return EqualSpend(cap.unit, spend, accuracy, ledger.calls)
 
 
-@dataclass(frozen=True)
-class ArmJob:
-    """One arm-seed for a worker process (`--jobs`): what it needs to set up its seed's bench alone."""
-
-    config: RunConfig  # the seed's draw (its split seed)
-    arms: list[str]
-    options: dict[str, dict[str, Any]]
-    mode: str
-    arm: str
-    seed: int
-    arms_dir: Path
-    open_cache: Callable[[], ResultCache]  # the comparison's shared cache, as this job's worker reaches it
-    resume_dir: Path | None
-    backend_factory: BackendFactory
-    data: Task | None  # in-memory data, drawn again per seed
-
-
-def make_executor(spec: str, jobs: int) -> Executor:
-    """The executor `--executor` names: `process` (worker processes here) or `ray[:ADDRESS]` (Ray tasks: a local
-    Ray, the cluster RAY_ADDRESS names, or the one at ADDRESS). Only checks; nothing starts before `run`."""
-    kind, colon, address = spec.partition(":")
-    if kind == "process" and not colon:
-        return ProcessExecutor(jobs)
-    if kind == "ray" and (address or not colon):
-        from prompttune.engine.ray_executor import RayExecutor  # Ray is an optional extra
-
-        return RayExecutor(jobs, address or None)
-    raise UserError(f"--executor expects process, ray or ray:ADDRESS, got {spec!r}")
-
-
-def _run_job(job: ArmJob, stop: StopRequest) -> Path:
-    """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
-    the shared cache, and a first signal stops it as it stops an arm of --jobs 1; the arm's directory
-    (with arm.json) is the result."""
-    if not job.arms_dir.is_dir():
-        raise UserError(f"{job.arms_dir} is not on {socket.gethostname()}'s file system: a worker on another machine "
-                        f"needs the comparison's --runs-dir mounted at the same path")
-    drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
-                                            job.data, check=False)
-    backend = job.backend_factory(drawn)
-    shared = job.open_cache()
-    try:
-        bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
-                      Console(quiet=True), in_memory=job.data is not None)
-        run = run_arm(bench, job.arm, job.seed, job.resume_dir, stop)
-        save_arm_run(run)
-        return run.run_dir
-    finally:
-        shared.close()
-        backend.close()
-
-
-def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
-    """Each seed draws its own train/dev/test split: the k-th seed with `--split-seed` + k, so that
-    seed-to-seed variation includes test sampling, not only the search's."""
-    return {seed: config.split_seed + k for k, seed in enumerate(seeds)}
-
-
-class Draw(NamedTuple):
-    """One seed's data draw with what its arms were checked on before any model loads."""
-
-    config: RunConfig  # the comparison's config with this seed's split seed
-    task: Task
-    space: SearchSpace  # the compared space, whole
-    coverage: dict[str, Coverage]  # per arm
-    contexts: dict[str, SearchContext]  # per arm: what its search sees (its space held to its coverage)
-
-
-def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]], mode: str,
-          split_seed: int, data: Task | None = None, check: bool = True) -> Draw:
-    """One seed's data draw (of the task `config` names, or of in-memory `data`), its space and each
-    arm's coverage; with `check`, every arm's run checked as `run_study` checks it before any model
-    loads (a worker's one arm is checked again by `run_study` itself)."""
-    drawn = config.model_copy(update={"split_seed": split_seed})
-    task = data.redraw(split_seed) if data is not None else load_run_task(drawn)
-    require_dev_budget(drawn, task)
-    space = load_space(drawn, task).bind(task.splits["train"])
-    coverage = plan_coverage(arms, space, mode, options)
-    contexts = {}
-    for arm in arms if check else ():
-        arm_run_config = arm_config(drawn, arm, options, coverage)
-        contexts[arm] = checked_search(arm_run_config, task, load_space(arm_run_config, task))[1]
-    return Draw(drawn, task, space, coverage, contexts)
-
-
 def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                   mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
                   jobs: int = 1, data: Task | None = None,
@@ -284,7 +149,7 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
-    draws = {seed: _draw(config, arms, options, mode, split_seed, data)
+    draws = {seed: draw_seed(config, arms, options, mode, split_seed, data)
              for seed, split_seed in split_seeds(config, seeds).items()}
     _require_distinct_arms(next(iter(draws.values())), arms, options, mode)
     _require_distinct_tests(draws, config.test_size)
@@ -387,7 +252,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                     work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
                                    earlier, backend_factory or build_backend, data)
                             for arm, seed, earlier in todo]
-                    workers.run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
+                    workers.run(run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
                                 f"compare --resume {run_dir}")
             runs = [done[(arm, seed)] for arm in arms for seed in seeds]
             verdict_calls = _rescore_winners(benches, runs)
@@ -456,7 +321,7 @@ def _same_coverage(config: RunConfig, before: list[str], after: list[str], optio
                    mode: str, data: Task | None) -> None:
     """An added arm may not change what the others search (same-space mode shares the dimensions
     every arm can search): their runs would no longer be comparable with its."""
-    space = _draw(config, after, options, mode, config.split_seed, data, check=False).space
+    space = draw_seed(config, after, options, mode, config.split_seed, data, check=False).space
     old, new = plan_coverage(before, space, mode, options), plan_coverage(after, space, mode, options)
     if changed := [arm for arm in before if old[arm].searched != new[arm].searched]:
         raise UserError(f"adding {', '.join(a for a in after if a not in before)} would change what "
