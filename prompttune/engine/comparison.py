@@ -9,17 +9,13 @@ another run's entry is charged as if the run had made the call itself.
 from __future__ import annotations
 
 import json
-import math
-import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, NamedTuple, Sequence
+from typing import Any, Literal, Sequence
 
 from rich.console import Console
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import loading
 from prompttune.comparing.arms import Bench, arm_config, check_arms
 from prompttune.comparing.coverage import coverage_check, plan_coverage
 from prompttune.comparing.fairness import ModelWatch, caps_of, distinct_draws_check, fairness_checks, reporting_pool_check
@@ -28,72 +24,23 @@ from prompttune.comparing.summary import pairwise, seed_pairs, summarize
 from prompttune.comparing.variants import optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
-from prompttune.core.interrupt import RunInterrupted, StopRequest, resumable_outage
-from prompttune.core.provenance import record_code
-from prompttune.core.storage import read_json, write_atomic
-from prompttune.engine.setup import (
-    RUN_DIR,
-    build_backend,
-    check_paths,
-    load_run_task,
-    load_space,
-    new_run_dir,
-    require_dev_budget,
-    run_contract,
-)
-from prompttune.engine.study import checked_search, run_study, run_versions
-from prompttune.engine.workers import Executor, ProcessExecutor
+from prompttune.core.interrupt import RunInterrupted, resumable_outage
+from prompttune.core.storage import read_json
+from prompttune.engine.arm_runs import ArmJob, Draw, draw_seed, make_executor, run_arm, run_job, split_seeds
+from prompttune.engine.run_dir import BackendFactory, open_run
+from prompttune.engine.setup import RUN_DIR, build_backend, check_paths, load_run_task, run_contract
+from prompttune.engine.study import run_versions
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
-from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import print_summary, write_report
 from prompttune.reports.html_report import write_html_report
 from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run, save_arm_run
-from prompttune.results.compare import Cap, CompareResult, Coverage, EqualSpend
+from prompttune.results.compare import Cap, CompareResult, EqualSpend
 from prompttune.results.run_record import run_status
-from prompttune.search_spaces import SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 from prompttune.tasks.builtin import tuning_pool
-
-
-def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
-            stop: StopRequest | None = None) -> ArmRun:
-    """One arm at one seed through the engine, on the shared model and a metered view of the shared
-    cache; `resume_dir` finishes the arm an interrupted comparison left there. Either way the calls
-    it paid for before are in the shared cache and its fresh metered view charges each of them once
-    more, so its totals equal an uninterrupted arm's. `stop`: a worker's (`--jobs`), which follows the
-    main process's signals."""
-    views: list[tuple[BudgetLedger, MeteredCache, int]] = []  # per ledger: its view, and the request log mark at opening
-
-    def view(ledger: BudgetLedger) -> MeteredCache:
-        views.append((ledger, MeteredCache(bench.shared), bench.backend.mark()))
-        return views[-1][1]
-
-    # The arm loads its own task and space from its config, as a run alone would (in-memory data is
-    # handed over): the fairness checks then verify that every arm saw the same baseline and test examples.
-    result = run_study(bench.arm_config(arm, seed), task=bench.task if bench.in_memory else None,
-                       backend=bench.backend, console=bench.console,
-                       progress=bench.progress, handle_signals=bench.progress, cache_view=view,
-                       resume_dir=resume_dir, stop=stop)
-    search, start = next((v, mark) for ledger, v, mark in views if ledger is result.search_ledger)
-    # The search's view opens just before the search, the verdict's once the search has ended.
-    end = next(mark for ledger, _, mark in views if ledger is result.confirm_ledger)
-    outcome, verdict = result.outcome, result.verdict
-    # Some strategies (successive halving) name a leader only when a round finishes.
-    anytime = outcome.anytime or [(result.search_ledger.calls, outcome.leader_dev_score)]
-    best_dev = None if math.isnan(outcome.leader_dev_score) else outcome.leader_dev_score  # never scored on dev
-    return ArmRun(arm=arm, seed=seed, run_dir=result.run_dir, baseline=result.baseline.spec,
-                  best=result.shipped.spec, best_dev=best_dev, confirmation=result.confirmation,
-                  raw=verdict.dev_winner.spec, raw_confirmation=verdict.leader_confirmation,
-                  space_hash=result.space.fingerprint(), search=result.search_ledger,
-                  confirm_calls=result.confirm_ledger.calls, foreign_calls=search.foreign_calls,
-                  foreign_tokens=search.foreign_tokens, anytime=anytime, stopped_by_budget=outcome.stopped_by_budget,
-                  wall_seconds=result.wall_seconds, notes=[*outcome.notes, f"Verdict: {verdict.summary()}."],
-                  served=bench.backend.served(start, end), test_ids=verdict.test_ids, leaders=outcome.leaders,
-                  per_class=result.per_class)
 
 
 def _arm_key(config: RunConfig) -> tuple[str, str, int]:
@@ -122,9 +69,7 @@ def _rescore_winners(benches: dict[int, Bench], runs: list[ArmRun]) -> int:
     for run in runs:
         bench = benches[run.seed]
         test = bench.task.splits["test"]
-        evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test},
-                              {ex.id: ex for ex in bench.task.splits["train"]}, bench.shared, ledger,
-                              scoring=bench.config.scoring)
+        evaluator = build_evaluator(bench.config, bench.backend, test, bench.task.splits["train"], bench.shared, ledger)
         run.test_correct = [r.correct for r in evaluator.evaluate(run.best, [ex.id for ex in test])]
     return ledger.calls
 
@@ -145,99 +90,10 @@ def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> Equ
     for run in runs:
         bench = benches[run.seed]
         test = bench.task.splits["test"]
-        evaluator = Evaluator(bench.backend, {ex.id: ex for ex in test}, {ex.id: ex for ex in bench.task.splits["train"]},
-                              bench.shared, ledger, scoring=bench.config.scoring)
+        evaluator = build_evaluator(bench.config, bench.backend, test, bench.task.splits["train"], bench.shared, ledger)
         records = evaluator.evaluate(pick_at(run, spend, cap.unit), [ex.id for ex in test])
         accuracy.setdefault(run.arm, {})[run.seed] = sum(r.correct for r in records) / len(records)
     return EqualSpend(cap.unit, spend, accuracy, ledger.calls)
-
-
-BackendFactory = Callable[[RunConfig], Backend]
-
-
-@dataclass(frozen=True)
-class ArmJob:
-    """One arm-seed for a worker process (`--jobs`): what it needs to set up its seed's bench alone."""
-
-    config: RunConfig  # the seed's draw (its split seed)
-    arms: list[str]
-    options: dict[str, dict[str, Any]]
-    mode: str
-    arm: str
-    seed: int
-    arms_dir: Path
-    open_cache: Callable[[], ResultCache]  # the comparison's shared cache, as this job's worker reaches it
-    resume_dir: Path | None
-    backend_factory: BackendFactory
-    data: Task | None  # in-memory data, drawn again per seed
-
-
-def make_executor(spec: str, jobs: int) -> Executor:
-    """The executor `--executor` names: `process` (worker processes here) or `ray[:ADDRESS]` (Ray tasks: a local
-    Ray, the cluster RAY_ADDRESS names, or the one at ADDRESS). Only checks; nothing starts before `run`."""
-    kind, colon, address = spec.partition(":")
-    if kind == "process" and not colon:
-        return ProcessExecutor(jobs)
-    if kind == "ray" and (address or not colon):
-        from prompttune.engine.ray_executor import RayExecutor  # Ray is an optional extra
-
-        return RayExecutor(jobs, address or None)
-    raise UserError(f"--executor expects process, ray or ray:ADDRESS, got {spec!r}")
-
-
-def _run_job(job: ArmJob, stop: StopRequest) -> Path:
-    """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
-    the shared cache, and a first signal stops it as it stops an arm of --jobs 1; the arm's directory
-    (with arm.json) is the result."""
-    if not job.arms_dir.is_dir():
-        raise UserError(f"{job.arms_dir} is not on {socket.gethostname()}'s file system: a worker on another machine "
-                        f"needs the comparison's --runs-dir mounted at the same path")
-    drawn, task, space, coverage, _ = _draw(job.config, job.arms, job.options, job.mode, job.config.split_seed,
-                                            job.data, check=False)
-    backend = job.backend_factory(drawn)
-    shared = job.open_cache()
-    try:
-        bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
-                      Console(quiet=True), in_memory=job.data is not None)
-        run = run_arm(bench, job.arm, job.seed, job.resume_dir, stop)
-        save_arm_run(run)
-        return run.run_dir
-    finally:
-        shared.close()
-        backend.close()
-
-
-def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
-    """Each seed draws its own train/dev/test split: the k-th seed with `--split-seed` + k, so that
-    seed-to-seed variation includes test sampling, not only the search's."""
-    return {seed: config.split_seed + k for k, seed in enumerate(seeds)}
-
-
-class Draw(NamedTuple):
-    """One seed's data draw with what its arms were checked on before any model loads."""
-
-    config: RunConfig  # the comparison's config with this seed's split seed
-    task: Task
-    space: SearchSpace  # the compared space, whole
-    coverage: dict[str, Coverage]  # per arm
-    contexts: dict[str, SearchContext]  # per arm: what its search sees (its space held to its coverage)
-
-
-def _draw(config: RunConfig, arms: list[str], options: dict[str, dict[str, Any]], mode: str,
-          split_seed: int, data: Task | None = None, check: bool = True) -> Draw:
-    """One seed's data draw (of the task `config` names, or of in-memory `data`), its space and each
-    arm's coverage; with `check`, every arm's run checked as `run_study` checks it before any model
-    loads (a worker's one arm is checked again by `run_study` itself)."""
-    drawn = config.model_copy(update={"split_seed": split_seed})
-    task = data.redraw(split_seed) if data is not None else load_run_task(drawn)
-    require_dev_budget(drawn, task)
-    space = load_space(drawn, task).bind(task.splits["train"])
-    coverage = plan_coverage(arms, space, mode, options)
-    contexts = {}
-    for arm in arms if check else ():
-        arm_run_config = arm_config(drawn, arm, options, coverage)
-        contexts[arm] = checked_search(arm_run_config, task, load_space(arm_run_config, task))[1]
-    return Draw(drawn, task, space, coverage, contexts)
 
 
 def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
@@ -259,7 +115,7 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
-    draws = {seed: _draw(config, arms, options, mode, split_seed, data)
+    draws = {seed: draw_seed(config, arms, options, mode, split_seed, data)
              for seed, split_seed in split_seeds(config, seeds).items()}
     _require_distinct_arms(next(iter(draws.values())), arms, options, mode)
     _require_distinct_tests(draws, config.test_size)
@@ -320,78 +176,76 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
         raise UserError("--jobs > 1 or --executor ray gives every worker its own model: pass backend_factory, not a backend")
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor)
     first = draws[seeds[0]]
-    with loading(config, quietly=not progress and backend is None):
-        watch = ModelWatch(backend or (backend_factory or build_backend)(config), first.task)
-    run_dir = resume_dir or new_run_dir(config.runs_dir, f"{first.task.name}-compare")
-    write_atomic(run_dir / "config.json", json.dumps(
-        {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
-         "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2))
-    record_code(run_dir)
-    reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
-    caps = caps_of(match, config.budget, config.budget_tokens)
-    shared = ResultCache(config.cache or run_dir / "cache.sqlite")
-    benches = {seed: Bench(d.config, d.task, d.space, watch, shared, options, d.coverage, run_dir / "arms", console,
-                           progress, in_memory=data is not None)
-               for seed, d in draws.items()}
-    try:
-        done: dict[tuple[str, int], ArmRun] = {}
-        todo = []
-        for arm in arms:
-            for seed in seeds:
-                earlier = reuse.get(_arm_key(benches[seed].arm_config(arm, seed)))
-                if earlier and (earlier / ARM_FILE).is_file():
-                    done[(arm, seed)] = load_arm_run(earlier)
-                    console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
-                else:
-                    todo.append((arm, seed, earlier))
+    with open_run(config, backend, build=backend_factory or build_backend, quietly=not progress) as model:
+        watch = ModelWatch(model.backend, first.task)
+        run_dir = model.directory(config.runs_dir, f"{first.task.name}-compare", json.dumps(
+            {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,
+             "match": match, "allow_underspend": allow_underspend, "jobs": jobs}, indent=2), resume_dir)
+        reuse = _arms_to_reuse(run_dir / "arms") if resume_dir else {}
+        caps = caps_of(match, config.budget, config.budget_tokens)
+        shared = ResultCache(config.cache or run_dir / "cache.sqlite")
+        benches = {seed: Bench(d.config, d.task, d.space, watch, shared, options, d.coverage, run_dir / "arms", console,
+                               progress, in_memory=data is not None)
+                   for seed, d in draws.items()}
+        try:
+            done: dict[tuple[str, int], ArmRun] = {}
+            todo = []
+            for arm in arms:
+                for seed in seeds:
+                    earlier = reuse.get(_arm_key(benches[seed].arm_config(arm, seed)))
+                    if earlier and (earlier / ARM_FILE).is_file():
+                        done[(arm, seed)] = load_arm_run(earlier)
+                        console.print(f"{arm} seed {seed}: finished before the interruption, read back from {earlier}")
+                    else:
+                        todo.append((arm, seed, earlier))
 
-        def finished(run: ArmRun) -> None:
-            done[(run.arm, run.seed)] = run
-            c, raw = run.confirmation, run.raw_confirmation
-            console.print(f"[bold]{run.arm} seed {run.seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
-                          f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
-                          f"{caps[0].charged(run)}/{caps[0].limit} {caps[0].unit}")
-        if not in_workers:
-            for arm, seed, earlier in todo:
-                watch.watch(benches[seed].task)
-                run = run_arm(benches[seed], arm, seed, earlier)
-                save_arm_run(run)
-                finished(run)
-        else:
-            (run_dir / "arms").mkdir(exist_ok=True)  # a worker that does not see it runs on another file system
-            with make_executor(executor, jobs) as workers:
-                open_cache = workers.cache_opener(Path(config.cache or run_dir / "cache.sqlite"))
-                work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
-                               earlier, backend_factory or build_backend, data)
-                        for arm, seed, earlier in todo]
-                workers.run(_run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
-                            f"compare --resume {run_dir}")
-        runs = [done[(arm, seed)] for arm in arms for seed in seeds]
-        verdict_calls = _rescore_winners(benches, runs)
-        equal_spend = _equal_spend(benches, runs, caps[0])
-    except KeyboardInterrupt:
-        raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
-                             f"`compare --resume {run_dir}`") from None
-    except BackendUnavailable as exc:
-        raise resumable_outage(exc, f"compare --resume {run_dir}") from None
-    finally:
-        shared.close()
-    summaries = summarize(runs, arms, seeds)
-    tasks = {seed: bench.task for seed, bench in benches.items()}
-    checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
-              coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
-    if config.pool == "reporting" and data is None:
-        checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
-    comparison = CompareResult(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
-                            first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
-                            time.time() - started, equal_spend,
-                            run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
-                                         passed=backend is not None or backend_factory is not None), options)
-    plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
-    write_report(comparison)
-    write_html_report(run_dir)
-    if progress:
-        print_summary(comparison, console)
+            def finished(run: ArmRun) -> None:
+                done[(run.arm, run.seed)] = run
+                c, raw = run.confirmation, run.raw_confirmation
+                console.print(f"[bold]{run.arm} seed {run.seed}[/bold]: test {c.best_accuracy:.3f} guarded, "
+                              f"{raw.best_accuracy:.3f} raw (baseline {c.baseline_accuracy:.3f}), "
+                              f"{caps[0].charged(run)}/{caps[0].limit} {caps[0].unit}")
+            if not in_workers:
+                for arm, seed, earlier in todo:
+                    watch.watch(benches[seed].task)
+                    run = run_arm(benches[seed], arm, seed, earlier)
+                    save_arm_run(run)
+                    finished(run)
+            else:
+                (run_dir / "arms").mkdir(exist_ok=True)  # a worker that does not see it runs on another file system
+                with make_executor(executor, jobs) as workers:
+                    open_cache = workers.cache_opener(Path(config.cache or run_dir / "cache.sqlite"))
+                    work = [ArmJob(benches[seed].config, arms, options, mode, arm, seed, run_dir / "arms", open_cache,
+                                   earlier, backend_factory or build_backend, data)
+                            for arm, seed, earlier in todo]
+                    workers.run(run_job, work, lambda arm_dir: finished(load_arm_run(arm_dir)), progress,
+                                f"compare --resume {run_dir}")
+            runs = [done[(arm, seed)] for arm in arms for seed in seeds]
+            verdict_calls = _rescore_winners(benches, runs)
+            equal_spend = _equal_spend(benches, runs, caps[0])
+        except KeyboardInterrupt:
+            raise RunInterrupted(f"comparison stopped; the arms finished so far are kept: finish it with "
+                                 f"`compare --resume {run_dir}`") from None
+        except BackendUnavailable as exc:
+            raise resumable_outage(exc, f"compare --resume {run_dir}") from None
+        finally:
+            shared.close()
+        summaries = summarize(runs, arms, seeds)
+        tasks = {seed: bench.task for seed, bench in benches.items()}
+        checks = [*fairness_checks(tasks, runs, caps, verdict_calls, watch, allow_underspend),
+                  coverage_check(runs, {seed: bench.coverage for seed, bench in benches.items()})]
+        if config.pool == "reporting" and data is None:
+            checks.append(reporting_pool_check(tasks, tuning_pool(config.task, config.data_dir)))
+        comparison = CompareResult(run_dir, config, mode, arms, seeds, {s: d.config.split_seed for s, d in draws.items()},
+                                   first.coverage, runs, summaries, pairwise(summaries), seed_pairs(summaries), caps, checks,
+                                   time.time() - started, equal_spend,
+                                   run_versions(config, watch.inner, [optimizer_of(arm, options) for arm in arms],
+                                                passed=backend is not None or backend_factory is not None), options)
+        plot_anytime(runs, arms, config.budget, run_dir / "anytime.png")
+        write_report(comparison)
+        write_html_report(run_dir)
+        if progress:
+            print_summary(comparison, console)
     return comparison
 
 
@@ -433,7 +287,7 @@ def _same_coverage(config: RunConfig, before: list[str], after: list[str], optio
                    mode: str, data: Task | None) -> None:
     """An added arm may not change what the others search (same-space mode shares the dimensions
     every arm can search): their runs would no longer be comparable with its."""
-    space = _draw(config, after, options, mode, config.split_seed, data, check=False).space
+    space = draw_seed(config, after, options, mode, config.split_seed, data, check=False).space
     old, new = plan_coverage(before, space, mode, options), plan_coverage(after, space, mode, options)
     if changed := [arm for arm in before if old[arm].searched != new[arm].searched]:
         raise UserError(f"adding {', '.join(a for a in after if a not in before)} would change what "

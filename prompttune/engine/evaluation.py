@@ -5,6 +5,7 @@ the wording alone matters (spread, CPS, rank agreement, POSIX), under one budget
 from __future__ import annotations
 
 import time
+from contextlib import closing
 from typing import Iterator, Literal
 
 import numpy as np
@@ -12,19 +13,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from prompttune.backends.base import Backend
-from prompttune.backends.factory import build_backend, loading
+from prompttune.backends.factory import build_backend
 from prompttune.core.errors import BudgetExhausted, UserError
-from prompttune.core.provenance import record_code
 from prompttune.core.types import Record
-from prompttune.engine.setup import check_paths, make_run_dir, task_space
+from prompttune.engine.run_dir import open_run, run_label
+from prompttune.engine.setup import check_paths, task_space
 from prompttune.engine.study import run_versions
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import Evaluator, build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import class_figures
 from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
 from prompttune.evaluation.prompt_sources import NamedPrompt, load_prompts_file, sample_space
-from prompttune.evaluation.sensitivity import measure_posix
+from prompttune.evaluation.sensitivity import PosixResult, measure_posix
 from prompttune.objectives.metrics import macro_f1
 from prompttune.objectives.multiprompt import (
     rank_agreement,
@@ -124,35 +125,58 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
                    prompts: list[NamedPrompt] | None = None) -> EvaluationResult:
     """Score every prompt under every setting, then ensembles and POSIX; write the run directory.
     `task` replaces the task `config` names (in-memory data), `prompts` its prompt source (templates
-    given in Python); `progress` shows bars and the summary."""
+    given in Python); `progress` shows bars and the summary. A backend the run builds is closed when it ends."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     settings = config.settings()
     task = task or load_evaluation_task(config)
     prompts = load_prompts(config, task, prompts)
     check_paths(config.runs_dir, config.cache)
-    passed = backend is not None  # a Backend object the caller passed: reports name it, not the config's model
-    if backend is None:
-        with loading(config.run_config(), quietly=not progress):
-            backend = build_backend(config.run_config())
-    run_dir = make_run_dir(config.run_config(), task.name)
-    (run_dir / "config.json").write_text(config.model_dump_json(indent=2))
-    record_code(run_dir)
-    cache = ResultCache(config.cache or run_dir / "cache.sqlite")
-    ledger = BudgetLedger(cap_calls=config.budget)
-    examples = task.splits[config.split]
-    ids = [ex.id for ex in examples]
-    evaluator = Evaluator(backend, {ex.id: ex for ex in examples}, {ex.id: ex for ex in task.splits["train"]},
-                          cache, ledger, scoring=settings[0], max_new_tokens=config.max_new_tokens)
-    n_classes = len(task.labels)
+    run_config = config.run_config()
+    with open_run(run_config, backend, build=build_backend, quietly=not progress) as run:
+        run_dir = run.directory(run_config.runs_dir, run_label(run_config, task.name), config.model_dump_json(indent=2))
+        ledger = BudgetLedger(cap_calls=config.budget)
+        examples = task.splits[config.split]
+        ids = [ex.id for ex in examples]
+        with closing(ResultCache(config.cache or run_dir / "cache.sqlite")) as cache:
+            evaluator = build_evaluator(run_config, run.backend, examples, task.splits["train"], cache, ledger,
+                                        scoring=settings[0], max_new_tokens=config.max_new_tokens)
+            results, ensembles, posix = _score(config, evaluator, settings, prompts, ids, task.labels, console,
+                                              progress)
+        comparison = None
+        if len(results) == 2:
+            a, b = ([s.accuracy for s in r.scores] for r in results)
+            k = min(config.top_k, len(prompts))
+            comparison = PromptComparison(results[0].scoring, results[1].scoring, k, top_k_iou(a, b, k),
+                                          rank_agreement(a, b))
+        result = EvaluationResult(run_dir, config, task, prompts, ids, results, comparison,
+                                  ensembles, _ensemble_base(settings) if ensembles is not None else None, posix,
+                                  ledger, run.backend.model_id, time.time() - started,
+                                  run_versions(run_config, run.backend, passed=run.passed))
+        write_outputs(result)
+        write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
+    if progress:
+        print_summary(result, console)
+    return result
+
+
+def _ensemble_base(settings: list[str]) -> Literal["logit", "calibrated"]:
+    """What ensemble members average: calibrated scores where the run computes them, else raw logits."""
+    return "calibrated" if "calibrated" in settings else "logit"
+
+
+def _score(config: EvaluateConfig, evaluator: Evaluator, settings: list[str], prompts: list[NamedPrompt],
+           ids: list[str], labels: list[str], console: Console, progress: bool
+           ) -> tuple[list[SettingResult], list[EnsembleResult] | None, PosixResult | None]:
+    """Every prompt under every setting, then the ensembles and POSIX asked for, under the run's one ledger; a
+    spent budget is one line naming what to lower."""
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=console, disable=not progress) as bars:
-            results = [_evaluate_setting(evaluator, scoring, prompts, ids, task.labels, config.class_loss_margin, bars)
+            results = [_evaluate_setting(evaluator, scoring, prompts, ids, labels, config.class_loss_margin, bars)
                        for scoring in settings]
-        base: Literal["logit", "calibrated"] = "calibrated" if "calibrated" in settings else "logit"
-        ensembles = (None if config.ensemble is None else
-                     _ensembles(evaluator, base, prompts, config.ensemble, ids, n_classes, config.seed))
+        ensembles = (None if config.ensemble is None else _ensembles(
+            evaluator, _ensemble_base(settings), prompts, config.ensemble, ids, len(labels), config.seed))
         posix = None
         if config.posix:
             posix_ids = ids[:config.posix_size]
@@ -160,22 +184,6 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
                           f"response re-scored under every prompt…")
             posix = measure_posix(evaluator, [p.spec for p in prompts], posix_ids)
     except BudgetExhausted as exc:
-        raise UserError(f"budget exhausted after {ledger.calls} calls ({exc}); raise --budget or lower "
+        raise UserError(f"budget exhausted after {evaluator.ledger.calls} calls ({exc}); raise --budget or lower "
                         f"--test-size/--posix-size (--cache FILE reuses outputs on a rerun)") from None
-    finally:
-        cache.close()
-    comparison = None
-    if len(results) == 2:
-        a, b = ([s.accuracy for s in r.scores] for r in results)
-        k = min(config.top_k, len(prompts))
-        comparison = PromptComparison(results[0].scoring, results[1].scoring, k, top_k_iou(a, b, k),
-                                rank_agreement(a, b))
-    result = EvaluationResult(run_dir, config, task, prompts, ids, results, comparison, ensembles,
-                              base if ensembles is not None else None, posix, ledger, backend.model_id,
-                              time.time() - started, run_versions(config.run_config(), backend,
-                                                                              passed=passed))
-    write_outputs(result)
-    write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
-    if progress:
-        print_summary(result, console)
-    return result
+    return results, ensembles, posix

@@ -25,7 +25,7 @@ from prompttune.engine.setup import load_run_task, load_space, run_contract, sea
 from prompttune.engine.study import checked_search
 from prompttune.evaluation import contract
 from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import caps_text
@@ -64,8 +64,7 @@ def probe(config: RunConfig, task: Task, context: SearchContext, examples: int =
     """Time the baseline of `context` on its first `examples` dev examples of `task`."""
     ledger = BudgetLedger()
     with closing(build_backend(config)) as model, closing(ResultCache(":memory:")) as cache:
-        evaluator = Evaluator(model, {ex.id: ex for ex in task.splits["dev"]},
-                              {ex.id: ex for ex in task.splits["train"]}, cache, ledger, scoring=config.scoring)
+        evaluator = build_evaluator(config, model, task.splits["dev"], task.splits["train"], cache, ledger)
         started = time.perf_counter()
         evaluator.evaluate(context.space.default_candidate().spec, context.dev_ids[:examples])
         seconds = time.perf_counter() - started

@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from contextvars import ContextVar
 from dataclasses import replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from prompttune.backends.base import Backend
@@ -148,21 +147,6 @@ def _check_writable(option: str, value: str, folder: Path) -> None:
         raise UserError(f"{option} {value}: cannot write in {folder} ({exc.strerror or exc})") from None
 
 
-def make_run_dir(config: RunConfig, task_name: str) -> Path:
-    return new_run_dir(config.runs_dir, f"{task_name}-{config.optimizer}-s{config.seed}")
-
-
-def new_run_dir(runs_dir: str, label: str) -> Path:
-    """`runs_dir/<UTC timestamp>-<label>`, suffixed when two runs start in the same second."""
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = Path(runs_dir) / f"{stamp}-{label}"
-    suffix = 1
-    while path.exists():
-        path = path.with_name(f"{path.name}-{suffix}")
-        suffix += 1
-    path.mkdir(parents=True)
-    RUN_DIR.set(path)
-    return path
 
 
 def point_latest(run_dir: Path) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 from functools import partial
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from prompttune.backends.base import Backend
+from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
 from prompttune.evaluation.cache import ResultCache, cache_key
@@ -23,7 +24,7 @@ from prompttune.evaluation.prediction import Scoring, make_predictor
 from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Mode, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, select_demos
 
-__all__ = ["Evaluator", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]
+__all__ = ["Evaluator", "build_evaluator", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]
 
 
 def _content_free_example(spec: PromptSpec, example_id: str) -> Example:
@@ -170,3 +171,13 @@ class Evaluator:
             raise ValueError(f"{len(conts)} continuation sets for {len(examples)} examples")
         keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
         return examples, keys, [ScoreRequest(t, tuple(c), prefix) for t, c in zip(texts, conts)]
+
+
+def build_evaluator(config: RunConfig, backend: Backend, examples: Iterable[Example], demo_pool: Iterable[Example],
+                    cache: ResultCache | MeteredCache, ledger: BudgetLedger, scoring: Scoring | str | None = None,
+                    max_new_tokens: int = MAX_NEW_TOKENS) -> Evaluator:
+    """The evaluator every run, comparison, evaluation and prediction scores through: it sees `examples` only,
+    draws demos from `demo_pool` (the train split) and scores as `config` does unless `scoring` says otherwise,
+    so which examples an evaluator may see is wired in this one place."""
+    return Evaluator(backend, {ex.id: ex for ex in examples}, {ex.id: ex for ex in demo_pool}, cache, ledger,
+                     scoring=config.scoring if scoring is None else scoring, max_new_tokens=max_new_tokens)

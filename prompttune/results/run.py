@@ -22,7 +22,7 @@ from prompttune.core.types import Example, Prompt
 from prompttune.evaluation.cache import ResultCache
 from prompttune.evaluation.confirmation import Confirmation, Verdict
 from prompttune.evaluation.contract import scored_by
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.evaluation.evaluator import build_evaluator
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
 from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
@@ -181,8 +181,8 @@ class RunResult:
         digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
         example = Example(f"predict-{digest}", fields, 0)  # the gold label is unknown and unused
         with closing(ResultCache()) as cache:
-            evaluator = Evaluator(self._serving_backend(), {example.id: example}, self.train, cache, BudgetLedger(),
-                                  scoring=self.config.scoring)
+            evaluator = build_evaluator(self.config, self._serving_backend(), [example], self.train.values(), cache,
+                                        BudgetLedger())
             record = evaluator.evaluate(self.verdict.shipped.spec, [example.id])[0]
         return None if record.pred is None else self.labels[record.pred]
 
