@@ -33,6 +33,7 @@ from typing import Any
 from prompttune.cli import main as prompttune_main
 from prompttune.comparing.summary import Claim, judge_claims, p_text
 from prompttune.core.errors import UserError
+from prompttune.reports.compare_report import generation_lines
 from prompttune.objectives.stats import t_interval
 from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
 
@@ -58,7 +59,7 @@ def _protocol(task: str) -> Headline:
     """The protocol's "How it runs" command for `task` (without --jobs, which the script passes)."""
     return Headline(["--task", task, "--pool", "reporting", "--mode", "native", "--native-demos", "4",
                      "--budget", "2000", "--train-size", "1000", "--dev-size", "300", "--test-size", "1000",
-                     "--seed", "100", "--split-seed", "100", "--seeds", str(SEEDS),
+                     "--seed", "100", "--split-seed", "100", "--seeds", str(SEEDS), "--check-generation", "100",
                      "--cache", f"runs/headline-{task}/cache.sqlite",
                      "--optimizers", "reflect,reflect-nocal=reflect:calibration=off,sh,dspy-gepa,dspy-mipro"])
 
@@ -213,7 +214,7 @@ def report_text(task: str, run_dir: Path) -> str:
               f"- date: {record['started']}",
               f"- machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs",
               f"- resumes: {resumes}", f"- run directory: `{run_dir}`",
-              f"- generation check: {checked} test examples per arm and seed"
+              f"- generation check: {checked} test examples per arm and seed (descriptive; below the claims)"
               if (checked := config["run"]["check_generation"])
               else "- generation check: not run (the comparison's config holds check_generation 0)", ""]
     lines += ["## Mean guarded test accuracy per arm", "",
@@ -234,6 +235,7 @@ def report_text(task: str, run_dir: Path) -> str:
     lines += ["", f"## Ablation: {headline.ablation[0]} − {headline.ablation[1]} (descriptive)", ""]
     lines.append(f"Mean difference {mean(ablation):+.3f}, 95% CI {_interval(ablation, (-1.0, 1.0))}, per seed "
                  f"{', '.join(f'{d:+.3f}' for d in ablation)}." if ablation else "No seed has both arms yet.")
+    lines += ["", *generation_lines(runs, arms)]
     if (run_dir / "summary.json").is_file():
         summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
         lines += ["", "## Fairness checks", "",

@@ -144,7 +144,8 @@ def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = (
             progress: bool = False, **settings: Any) -> CompareResult:
     """Run every optimizer (prompttune's and DSPy's `dspy-*` arms) at `seeds` seeds, each seed on its
     own data draw, under the same cap, model and dimensions, and compare their held-out results with
-    the checks that keep it fair. Any other `RunConfig` field is a keyword.
+    the checks that keep it fair. Any other `RunConfig` field is a keyword; `check_generation=N` (default 0 here)
+    serves each arm-seed's shipped prompt by generation on N test examples, descriptively.
 
     >>> import prompttune, tempfile
     >>> from prompttune.testing import SyntheticOracleBackend, demo_task
@@ -156,6 +157,6 @@ def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = (
     ([('random', 0.9), ('sh', 0.9)], True)
     """
     data, fields = _task_settings(task, settings)
-    config = RunConfig(budget=budget, **fields)
+    config = RunConfig(budget=budget, **{"check_generation": 0, **fields})  # compare checks generation if asked
     return run_compare(config, list(optimizers), list(range(config.seed, config.seed + seeds)), options or {},
                        backend=backend, mode=mode, progress=progress, data=data)

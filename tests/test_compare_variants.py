@@ -41,6 +41,8 @@ def test_two_arms_of_one_optimizer_with_other_options_run_side_by_side(tmp_path:
     report = (run_dir / "report.md").read_text()
     assert "| sh-eta2 |" in report and "descriptive: pooled examples, prompts fixed" in report
     assert "1e-300" not in report
+    # compare checks generation only when asked (--check-generation N): each arm-seed's config holds 0
+    assert "Served by generation" not in report and {c["check_generation"] for c in configs.values()} == {0}
     # Resumed to add an arm, both variants are read back under their own names, not run again.
     capsys.readouterr()
     resumed = resume_compare(run_dir, backend=oracle_for(comparison.RunConfig.model_validate(

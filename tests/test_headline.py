@@ -32,7 +32,7 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
     _git(repo, "commit", "-qm", "protocol")
     runs = tmp_path / "runs"
     args = ["--task", str(colours_task_file(tmp_path)), "--budget", "300", "--train-size", "60", "--dev-size", "60",
-            "--test-size", "90", "--seeds", "2", "--allow-underspend", "--mode", "native", "--runs-dir", str(runs),
+            "--test-size", "90", "--seeds", "2", "--allow-underspend", "--check-generation", "30", "--mode", "native", "--runs-dir", str(runs),
             "--cache", str(runs / "headline-colours" / "cache.sqlite"), "--optimizers", "sh,sh-eta2=sh:eta=2,random"]
     monkeypatch.setattr(headline, "REPO", repo)
     monkeypatch.setattr(headline, "PROTOCOL", {"colours": headline.Headline(
@@ -87,11 +87,16 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     assert "Partial" not in report
     for section in ("## Provenance", f"- commit: {commit}", "- dirty: false", "- cache empty at start: true",
                     f"- resumes: {resumed['at']}",
-                    "- generation check: not run", "## Mean guarded test accuracy per arm", "| sh-eta2 | 2 |",
+                    "- generation check: 30 test examples per arm and seed", "## Served by generation (descriptive)",
+                    "## Mean guarded test accuracy per arm", "| sh-eta2 | 2 |",
                     "primary: colours: sh − random > 0 |", "secondary: colours: sh − random > 0.03 |",
                     "## Ablation: sh − sh-eta2 (descriptive)", "## Fairness checks", "headline_colours.png"):
         assert section in report, section
     assert (repo / "docs" / "results" / "headline_colours.png").is_file()
+    served = report.split("## Served by generation (descriptive)")[1].split("## ")[0]
+    assert [line.split(" | ")[:2] for line in served.splitlines() if line.startswith("| sh")] == [
+        ["| sh", "2"], ["| sh-eta2", "2"]]  # every arm-seed checked: the arm's shipped prompts by generation
+    assert "## Served by generation (descriptive)" in (run_dir / "report.md").read_text()
 
     # With spread between the claim's arms the claims are tested: one-sided t p and its BH p, printed as values.
     for path in run_dir.glob("arms/*/arm.json"):

@@ -104,7 +104,7 @@ def _compare(args: argparse.Namespace) -> int:
         options = _with_variants(parse_options(args.option), variants)
         if not arms:
             raise UserError("--optimizers names no optimizer")
-        config = run_config(args, class_loss_margin=args.class_loss_margin)
+        config = run_config(args, class_loss_margin=args.class_loss_margin, check_generation=args.check_generation)
         seeds = list(range(args.seed, args.seed + args.seeds))
         if args.dry_run:
             print("\n".join(plan_compare(config, arms, seeds, options, mode=args.mode,
@@ -161,6 +161,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                          help="where --jobs run: process (worker processes here) or ray (Ray tasks on a local Ray, the "
                               "cluster at ADDRESS or RAY_ADDRESS; needs pip install 'prompttune[ray]' and, across "
                               "machines, --runs-dir on a file system every node mounts at the same path)")
+    compare.add_argument("--check-generation", type=int, default=0, metavar="N",
+                         help="after each arm-seed's verdict, serve its shipped prompt and the baseline by generation "
+                              "on the first N test examples (outside the budget; descriptive, in the report; "
+                              "default 0: off)")
     compare.add_argument("--allow-underspend", action="store_true",
                          help="an arm that spends under 90%% of the cap is a warning, not a failed matched-budget check")
     compare.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted comparison from its directory "

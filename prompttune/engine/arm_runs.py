@@ -102,7 +102,7 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
                   foreign_tokens=search.foreign_tokens, anytime=anytime, stopped_by_budget=outcome.stopped_by_budget,
                   wall_seconds=result.wall_seconds, notes=[*outcome.notes, f"Verdict: {verdict.summary()}."],
                   served=bench.backend.served(start, end), test_ids=verdict.test_ids, leaders=outcome.leaders,
-                  per_class=result.per_class)
+                  per_class=result.per_class, generation_check=result.generation_check)
 
 
 @dataclass(frozen=True)

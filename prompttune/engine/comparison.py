@@ -108,10 +108,10 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     if native_demos and mode != "native":
         raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
-    # One contract for every arm (the task file's where the config sets none); arms run no generation check of their
-    # own: the comparison is of searches under that contract.
+    # One contract for every arm (the task file's where the config sets none); `check_generation` (0 unless asked
+    # for: `compare --check-generation N`) has each arm-seed's shipped prompt served by generation, descriptively.
     serve = run_contract(config, data if data is not None else load_run_task(config))[0]
-    config = config.model_copy(update={"native_demos": native_demos, "serve": serve, "check_generation": 0})
+    config = config.model_copy(update={"native_demos": native_demos, "serve": serve})
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")

@@ -240,6 +240,23 @@ def _baselines(c: "CompareResult") -> str:
                      for seed in c.seeds)
 
 
+def generation_lines(runs: list[ArmRun], arms: list[str]) -> list[str]:
+    """Descriptive: each arm's shipped prompts served by generation (`--check-generation N`), means over the
+    arm-seeds checked; nothing where no arm-seed ran the check."""
+    checked = {arm: [r.generation_check.shipped for r in runs if r.arm == arm and r.generation_check is not None
+                     and r.generation_check.shipped is not None] for arm in arms}
+    if not any(checked.values()):
+        return []
+    n = next(r.generation_check.n for r in runs if r.generation_check is not None)
+    rows = [[arm, str(len(shipped)), f"{mean(s.valid_rate for s in shipped):.1%}", f"{mean(s.accuracy for s in shipped):.3f}",
+             f"{mean(s.verdict_accuracy for s in shipped):.3f}"] for arm, shipped in checked.items() if shipped]
+    return ["## Served by generation (descriptive)", "",
+            f"Each arm-seed's shipped prompt, answering freely on the first {n} test examples (an answer holding no "
+            "single label counts as wrong), beside the verdict's accuracy on the same examples; means over seeds. "
+            "Outside the budget, and no claim.", "",
+            *_table(["arm", "seeds", "valid answers", "accuracy by generation", "verdict's accuracy"], rows), ""]
+
+
 def write_report(comparison: "CompareResult") -> None:
     c, config = comparison, comparison.config
     task_sizes = f"train {config.train_size} / dev {config.dev_size} / test {config.test_size}"
@@ -292,6 +309,7 @@ def write_report(comparison: "CompareResult") -> None:
             lines.append(f"| {t.first} | {t.second} | {t.seed} | {first_acc:.3f} | {second_acc:.3f} | "
                          f"{t.comparison.b} | {t.comparison.c} | {t.comparison.p_two_sided:.3g} | {t.p_bh:.3g} |")
         lines.append("")
+    lines += generation_lines(c.runs, c.arms)
     lines += ["## Anytime performance", "",
               "Best-so-far dev score against search calls spent (each optimizer's own notion of its "
               "incumbent; DSPy arms: the best program scored on the whole dev split).", "",

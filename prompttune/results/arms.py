@@ -12,6 +12,7 @@ from prompttune.core.storage import write_atomic
 from prompttune.evaluation.confirmation import Confirmation
 from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.evaluation.per_class import PerClass
+from prompttune.evaluation.serving import GenerationCheck
 from prompttune.search_spaces.prompt import PromptSpec
 
 
@@ -54,6 +55,7 @@ class ArmRun:
     leaders: list[tuple[int, int, PromptSpec]] = field(default_factory=list)  # (calls, tokens, pick) at each change
     test_correct: list[bool] = field(default_factory=list)  # the winner on each test example
     per_class: PerClass | None = None  # per-class test figures of its verdict (None in arms saved before them)
+    generation_check: GenerationCheck | None = None  # compare --check-generation N: its prompts served by generation
 
 
 ARM_FILE = "arm.json"
