@@ -33,8 +33,8 @@ from typing import Any
 from prompttune.cli import main as prompttune_main
 from prompttune.comparing.summary import Claim, judge_claims, p_text
 from prompttune.core.errors import UserError
-from prompttune.reports.compare_report import generation_lines
 from prompttune.objectives.stats import t_interval
+from prompttune.reports.compare_report import generation_lines
 from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
 
 REPO = Path(__file__).resolve().parents[1]
