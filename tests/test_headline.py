@@ -32,7 +32,8 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
     _git(repo, "commit", "-qm", "protocol")
     runs = tmp_path / "runs"
     args = ["--task", str(colours_task_file(tmp_path)), "--budget", "300", "--train-size", "60", "--dev-size", "60",
-            "--test-size", "90", "--seeds", "2", "--allow-underspend", "--check-generation", "30", "--mode", "native", "--runs-dir", str(runs),
+            "--test-size", "90", "--seeds", "2", "--allow-underspend", "--check-generation", "30", "--mode", "native",
+            "--runs-dir", str(runs),
             "--cache", str(runs / "headline-colours" / "cache.sqlite"), "--optimizers", "sh,sh-eta2=sh:eta=2,random"]
     monkeypatch.setattr(headline, "REPO", repo)
     monkeypatch.setattr(headline, "PROTOCOL", {"colours": headline.Headline(

@@ -248,8 +248,9 @@ def generation_lines(runs: list[ArmRun], arms: list[str]) -> list[str]:
     if not any(checked.values()):
         return []
     n = next(r.generation_check.n for r in runs if r.generation_check is not None)
-    rows = [[arm, str(len(shipped)), f"{mean(s.valid_rate for s in shipped):.1%}", f"{mean(s.accuracy for s in shipped):.3f}",
-             f"{mean(s.verdict_accuracy for s in shipped):.3f}"] for arm, shipped in checked.items() if shipped]
+    rows = [[arm, str(len(shipped)), f"{mean(s.valid_rate for s in shipped):.1%}",
+             f"{mean(s.accuracy for s in shipped):.3f}", f"{mean(s.verdict_accuracy for s in shipped):.3f}"]
+            for arm, shipped in checked.items() if shipped]
     return ["## Served by generation (descriptive)", "",
             f"Each arm-seed's shipped prompt, answering freely on the first {n} test examples (an answer holding no "
             "single label counts as wrong), beside the verdict's accuracy on the same examples; means over seeds. "
