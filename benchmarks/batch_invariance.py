@@ -16,9 +16,9 @@ import argparse
 import numpy as np
 
 from prompttune.backends.transformers_backend import TransformersBackend
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator, Output
-from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator, Output
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import default_space
 from prompttune.tasks import SplitSizes, load_task
 

@@ -2,7 +2,7 @@
 
 For each test size n: the smallest accuracy gain the held-out verdict (exact one-sided McNemar at α)
 confirms with 80% power when 10% of the examples flip against the new prompt, the exact power at
-+5 and +10 points, and the test size that confirms 5 points (`prompttune.objectives.stats`). The
++5 and +10 points, and the test size that confirms 5 points (`prompttune.statistics.stats`). The
 baseline's accuracy is left out, as before a run: it only bounds the gain.
 
 Run: python benchmarks/confirmable_gain.py [--sizes 30,100,300,1000] [--alpha 0.05]
@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from prompttune.objectives.stats import (  # noqa: E402
+from prompttune.statistics.stats import (  # noqa: E402
     FLIP_SHARE,
     TARGET_POWER,
     examples_for_gain,

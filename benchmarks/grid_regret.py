@@ -40,11 +40,11 @@ from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.objectives import get_objective
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import Candidate
+from prompttune.statistics import get_objective
 
 HERE = Path(__file__).resolve().parent
 # Arms beyond an optimizer's defaults: reflect on grid moves only (the grid holds no proposer or

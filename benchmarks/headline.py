@@ -31,11 +31,11 @@ from statistics import mean
 from typing import Any
 
 from prompttune.cli import main as prompttune_main
-from prompttune.comparing.summary import Claim, judge_claims, p_text
 from prompttune.core.errors import UserError
-from prompttune.objectives.stats import t_interval
 from prompttune.reports.compare_report import generation_lines
 from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
+from prompttune.statistics.seeds import Claim, judge_claims, p_text
+from prompttune.statistics.stats import t_interval
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = "headline.json"

@@ -31,12 +31,12 @@ from prompttune.api import load_run
 from prompttune.backends.factory import build_backend
 from prompttune.core.types import Record
 from prompttune.engine.setup import load_run_task, load_space
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.prediction import LogitPredictor
 from prompttune.optimizers.reflect.race import race_score
 from prompttune.results.finished_run import FinishedRun
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.prediction import LogitPredictor
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import Task
 from prompttune.tasks.pools import exit_unless_tuning

@@ -41,7 +41,7 @@ from prompttune.backends.transformers_backend import TransformersBackend
 from prompttune.backends.transformers_setup import EMBEDDED_MODEL, resolve_dtype
 from prompttune.core.config import BackendConfig
 from prompttune.core.types import GenerateRequest, ScoreRequest
-from prompttune.evaluation.evaluator import shared_prefix
+from prompttune.scoring.evaluator import shared_prefix
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
 from prompttune.tasks.base import Task

@@ -18,15 +18,15 @@ from typing import Any, Literal, Sequence
 from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.comparison import run_compare
-from prompttune.engine.evaluation import load_evaluation_task, run_evaluation
+from prompttune.engine.evaluate import load_evaluation_task, run_evaluation
 from prompttune.engine.study import resume_study, run_study
-from prompttune.evaluation.prompt_sources import parse_prompts, sample_space
-from prompttune.objectives import Objective
 from prompttune.results.compare import CompareResult
 from prompttune.results.evaluate import EvaluateConfig, EvaluationResult
 from prompttune.results.finished_run import FinishedRun, read_finished_run
 from prompttune.results.run import RunResult
+from prompttune.scoring.prompt_sources import parse_prompts, sample_space
 from prompttune.search_spaces import SearchSpace
+from prompttune.statistics import Objective
 from prompttune.tasks.base import Task
 
 IN_MEMORY = "(in memory)"

@@ -16,8 +16,8 @@ from pathlib import Path
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, study
-from prompttune.evaluation.evaluator import Evaluator
 from prompttune.optimizers.driver import SearchDriver
+from prompttune.scoring.evaluator import Evaluator
 from tests.support import CountingBackend, oracle_config, oracle_for
 
 

@@ -12,11 +12,11 @@ import pytest
 import prompttune
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.types import ScoreResult
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metering import Meter
 from prompttune.optimizers.driver import SearchDriver
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metering import Meter
 from prompttune.testing import OracleProblem
 from tests.support import CountingBackend
 

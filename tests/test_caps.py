@@ -15,12 +15,12 @@ from rich.console import Console
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.storage import JsonlStorage
 from prompttune.engine.study import run_study
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers import embeddings
 from prompttune.optimizers.proposer import Proposer
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import default_space
 from tests.support import CountingBackend, oracle_config, oracle_for, task_of
 

@@ -15,10 +15,10 @@ from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import ScoreRequest
 from prompttune.engine.comparison import run_compare
 from prompttune.engine.study import run_study
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import default_space
 from tests.support import oracle_config, oracle_for, task_of
 

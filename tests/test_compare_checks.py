@@ -22,13 +22,13 @@ from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import GenerateRequest
 from prompttune.engine import study
 from prompttune.engine.comparison import pick_at, run_compare
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers.random_search import RandomSearch
 from prompttune.reports.compare_report import spend_cells
 from prompttune.results.compare import Check, CompareResult
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import default_space
 from prompttune.testing import colours_task_file
 from tests.support import CountingBackend, oracle_config, oracle_for, task_of

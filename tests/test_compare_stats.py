@@ -10,9 +10,10 @@ import pytest
 from scipy import stats
 from statsmodels.stats.contingency_tables import StratifiedTable
 
-from prompttune.comparing.summary import P_FLOOR, Claim, cmh_p, judge_claims, one_sided_t, p_text
-from prompttune.objectives import adjust_pvalues
+from prompttune.comparing.summary import cmh_p
 from prompttune.reports.compare_report import SEED_PAIR_HEADER, seed_pair_cells
+from prompttune.statistics import adjust_pvalues
+from prompttune.statistics.seeds import P_FLOOR, Claim, judge_claims, one_sided_t, p_text
 
 
 def _runs(rights: list[int], n: int) -> list[SimpleNamespace]:

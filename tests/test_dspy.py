@@ -26,12 +26,12 @@ from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.engine.comparison import run_compare  # noqa: E402
 from prompttune.engine.export import export  # noqa: E402
-from prompttune.evaluation.cache import ResultCache  # noqa: E402
-from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
-from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
-from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
-from prompttune.evaluation.metering import Meter  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
+from prompttune.scoring.cache import ResultCache  # noqa: E402
+from prompttune.scoring.evaluator import Evaluator  # noqa: E402
+from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
+from prompttune.scoring.metered_cache import MeteredCache  # noqa: E402
+from prompttune.scoring.metering import Meter  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
 from prompttune.testing import colours_task_file  # noqa: E402
 from tests.support import CountingBackend, oracle_config, oracle_for, task_of  # noqa: E402

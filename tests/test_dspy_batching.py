@@ -14,10 +14,10 @@ dspy = pytest.importorskip("dspy")
 from prompttune.dspy_bridge.adapter import EvaluationPrefetch, PromptSpecAdapter  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
-from prompttune.evaluation.cache import ResultCache  # noqa: E402
-from prompttune.evaluation.evaluator import Evaluator  # noqa: E402
-from prompttune.evaluation.ledger import BudgetLedger  # noqa: E402
-from prompttune.evaluation.metered_cache import MeteredCache  # noqa: E402
+from prompttune.scoring.cache import ResultCache  # noqa: E402
+from prompttune.scoring.evaluator import Evaluator  # noqa: E402
+from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
+from prompttune.scoring.metered_cache import MeteredCache  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
 from tests.support import CountingBackend, oracle_config, oracle_for, task_of  # noqa: E402
 

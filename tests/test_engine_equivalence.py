@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.engine.comparison import run_compare
-from prompttune.engine.evaluation import run_evaluation
+from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.study import run_study
 from tests.support import oracle_config, oracle_for
 from tests.test_evaluate_command import _config as evaluate_config

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.core.errors import UserError
-from prompttune.engine.evaluation import run_evaluation
+from prompttune.engine.evaluate import run_evaluation
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.tasks import SplitSizes, load_task
 from prompttune.testing import SyntheticOracleBackend

@@ -11,7 +11,7 @@ import yaml
 from prompttune.backends.base import Backend
 from prompttune.cli import main
 from prompttune.core.config import BackendConfig
-from prompttune.engine import evaluation as prompt_set
+from prompttune.engine import evaluate as prompt_set
 from tests.support import CountingBackend
 
 pytestmark = pytest.mark.integration

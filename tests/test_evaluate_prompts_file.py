@@ -8,7 +8,7 @@ import pytest
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
-from prompttune.evaluation.prompt_sources import load_prompts_file, template_spec
+from prompttune.scoring.prompt_sources import load_prompts_file, template_spec
 from prompttune.search_spaces.prompt import render
 from prompttune.tasks.base import Task
 

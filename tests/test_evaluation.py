@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from prompttune.core.errors import BudgetExhausted
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.extraction import extract_label
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.proposer import Proposer
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.extraction import extract_label
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import default_space
 from prompttune.testing import SyntheticOracleBackend, synthetic_task
 from tests.support import CountingBackend

@@ -19,16 +19,16 @@ from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine import export as export_module
-from prompttune.engine.evaluation import run_evaluation
+from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.export import export
 from prompttune.engine.study import run_study
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.prompt_sources import exported_spec, load_prompts_file
 from prompttune.results import prompt_formats
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.results.run_record import read_run_config
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.prompt_sources import exported_spec, load_prompts_file
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec, render
 from tests.llama_server import llama_server  # noqa: F401  (session fixture)

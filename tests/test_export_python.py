@@ -22,11 +22,11 @@ from prompttune.core.errors import UserError
 from prompttune.engine import export as export_module
 from prompttune.engine.export import export
 from prompttune.engine.study import run_study
-from prompttune.evaluation import extraction
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.results import prompt_formats
+from prompttune.scoring import extraction
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
 from tests.llama_server import llama_server  # noqa: F401  (session fixture)

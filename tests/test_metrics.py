@@ -5,7 +5,7 @@ import pytest
 from statsmodels.stats.proportion import proportion_confint
 
 from prompttune.core.errors import UserError
-from prompttune.objectives import (
+from prompttune.statistics import (
     OBJECTIVES,
     accuracy,
     confusion,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
-from prompttune.objectives import (
+from prompttune.statistics import (
     cps,
     posix,
     posix_over_examples,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from prompttune.core.types import Example
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.contract import SearchContext, spec_candidate
 from prompttune.optimizers.services import calls_to_score, free_calls, most_affordable, stage_reserve
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.demo_pool import demo_ids_like_dev
 from prompttune.search_spaces.space import Candidate
 from prompttune.testing import OracleProblem

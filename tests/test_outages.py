@@ -24,11 +24,11 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.storage import JsonlStorage
 from prompttune.engine.study import run_study
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.results.run import RunResult
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import default_space
 from prompttune.testing import synthetic_task
 from prompttune.testing.fake_openai import FakeServer

@@ -11,11 +11,11 @@ import pytest
 from prompttune.backends.base import Backend
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.prediction import CalibratedPredictor, EnsemblePredictor, LogitPredictor, make_predictor
-from prompttune.evaluation.prompt_sources import template_spec
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.prediction import CalibratedPredictor, EnsemblePredictor, LogitPredictor, make_predictor
+from prompttune.scoring.prompt_sources import template_spec
 
 WORDS = ("red", "green", "blue")
 EXAMPLES = {e.id: e for e in [Example("a", {"text": "alpha"}, 0), Example("b", {"text": "beta"}, 1),

@@ -7,8 +7,8 @@ import pytest
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest, ScoreResult
-from prompttune.evaluation.prompt_sources import template_spec
-from prompttune.evaluation.sensitivity import measure_posix
+from prompttune.scoring.prompt_sources import template_spec
+from prompttune.scoring.sensitivity import measure_posix
 from tests.test_prediction import WORDS, TableBackend, make_evaluator
 
 RESPONSES = {"A": "x y", "B": "z", "C": "x y"}  # C answers like A: scored once per prompt

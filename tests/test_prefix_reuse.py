@@ -15,10 +15,10 @@ import pytest
 from prompttune.backends.base import Backend
 from prompttune.backends.transformers_backend import TransformersBackend
 from prompttune.core.types import GenerateRequest, ScoreRequest, ScoreResult
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.records import Mode, Query
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.records import Mode, Query
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import SplitSizes, load_task

@@ -26,10 +26,10 @@ from prompttune.engine import comparison, run_record
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.engine.study import resume_study, run_study
 from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
-from prompttune.evaluation.cache import ResultCache
 from prompttune.results.arms import ARM_FILE
 from prompttune.results.run import RunResult
 from prompttune.results.run_record import run_status
+from prompttune.scoring.cache import ResultCache
 from tests.support import CountingBackend, comparison_outcome, oracle_config, oracle_for
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from prompttune.core.errors import UserError
-from prompttune.engine import evaluation
-from prompttune.engine.evaluation import EvaluateConfig, run_evaluation
+from prompttune.engine import evaluate
+from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.run_dir import open_run
+from prompttune.results.evaluate import EvaluateConfig
 from tests.support import CountingBackend, colours_task_file, oracle_config, oracle_for
 
 SIZES = {"train_size": 60, "dev_size": 60, "test_size": 90}
@@ -78,7 +79,7 @@ def _closing_oracle(monkeypatch: pytest.MonkeyPatch) -> list[ClosingBackend]:
         built.append(ClosingBackend(oracle_for(config.model_copy(update=SIZES))))
         return built[-1]
 
-    monkeypatch.setattr(evaluation, "build_backend", build)
+    monkeypatch.setattr(evaluate, "build_backend", build)
     return built
 
 

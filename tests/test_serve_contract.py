@@ -14,16 +14,16 @@ from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.engine import comparison, evaluation, study
-from prompttune.engine.evaluation import run_evaluation
+from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.setup import load_run_task
 from prompttune.engine.study import run_study
-from prompttune.evaluation.contract import FINALISTS, GENERATION, contract_line
-from prompttune.evaluation.prompt_sources import NamedPrompt
-from prompttune.evaluation.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
 from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
 from prompttune.results.evaluate import EvaluateConfig
+from prompttune.scoring.contract import FINALISTS, GENERATION, contract_line
+from prompttune.scoring.prompt_sources import NamedPrompt
+from prompttune.scoring.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
 from prompttune.testing import colours_task_file
 from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
 
@@ -301,7 +301,7 @@ def test_a_budget_that_cannot_keep_the_finalists_rescoring_back_is_one_line(tmp_
 
 
 def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None:
-    from prompttune.evaluation.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
+    from prompttune.scoring.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
 
     assert (GENERATION.temperature, MAX_NEW_TOKENS, COT_MAX_NEW_TOKENS) == (0.0, GENERATION.max_tokens,
                                                                            GENERATION.cot_max_tokens)

@@ -9,7 +9,8 @@ from scipy.stats import binomtest, bootstrap, multinomial
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
-from prompttune.objectives import (
+from prompttune.reports.optimize_report import confirmable_gain
+from prompttune.statistics import (
     AcceptRule,
     accuracy_sigma,
     adjust_pvalues,
@@ -20,8 +21,7 @@ from prompttune.objectives import (
     selection_bias_scale,
     wilson_ci,
 )
-from prompttune.objectives.stats import examples_for_gain, mcnemar_power, smallest_confirmable_gain
-from prompttune.reports.optimize_report import confirmable_gain
+from prompttune.statistics.stats import examples_for_gain, mcnemar_power, smallest_confirmable_gain
 
 
 def paired_arrays(both_right: int, b: int, c: int, both_wrong: int) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine.comparison import run_compare
-from prompttune.engine.evaluation import load_evaluation_task, load_prompts
+from prompttune.engine.evaluate import load_evaluation_task, load_prompts
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
 from prompttune.results.evaluate import EvaluateConfig

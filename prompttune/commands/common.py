@@ -11,8 +11,8 @@ import yaml
 from prompttune.backends.factory import add_backend_arguments, backend_options
 from prompttune.core.config import SCORING_ALIASES, SERVES, RunConfig
 from prompttune.core.errors import UserError
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.objectives import OBJECTIVES
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.statistics import OBJECTIVES
 
 RUN_DEFAULTS = RunConfig()
 

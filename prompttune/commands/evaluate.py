@@ -13,7 +13,7 @@ from prompttune.commands.common import (
     add_run_arguments,
     print_json,
 )
-from prompttune.engine.evaluation import run_evaluation
+from prompttune.engine.evaluate import run_evaluation
 from prompttune.reports import reports_of
 from prompttune.results.evaluate import EvaluateConfig, EvaluationResult
 

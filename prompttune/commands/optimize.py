@@ -22,9 +22,9 @@ from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.plan import plan_run
 from prompttune.engine.setup import point_latest
 from prompttune.engine.study import resume_study, run_study, with_resume_hint
-from prompttune.evaluation.contract import scored_by
 from prompttune.reports import reports_of
 from prompttune.results.run import RunResult
+from prompttune.scoring.contract import scored_by
 
 
 def run_json(result: RunResult) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import lookup
-from prompttune.evaluation.cache import ResultCache
 from prompttune.results.compare import Coverage
+from prompttune.scoring.cache import ResultCache
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
 

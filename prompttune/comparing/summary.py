@@ -2,27 +2,22 @@
 guarded), gains, corrected p-values, tests between arms across seeds (each seed its own data
 draw: a paired t-test and an exact sign-flip permutation test on the per-seed differences, and a
 Cochran-Mantel-Haenszel test on the pooled test examples stratified by seed, descriptive only), McNemar
-tests between the leading arms on the same test examples, and the pre-registered claims of a headline run
-(one-sided paired t over seeds, BH across every claim)."""
+tests between the leading arms on the same test examples; the tests themselves are in
+`prompttune.statistics.seeds`."""
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass
 from statistics import mean
 
 import numpy as np
-from scipy import stats
-from statsmodels.stats.contingency_tables import StratifiedTable
 
-from prompttune.evaluation.confirmation import Confirmation
-from prompttune.objectives.stats import adjust_pvalues, paired_compare, t_interval
 from prompttune.results.arms import ArmRun
 from prompttune.results.compare import ArmSummary, PairTest, Scores, SeedPair
+from prompttune.scoring.confirmation import Confirmation
+from prompttune.statistics.seeds import bh_defined, paired_t, sign_flip_p, stratified_odds_p
+from prompttune.statistics.stats import adjust_pvalues, paired_compare, t_interval
 
 TOP_ARMS = 3
-P_FLOOR = float(np.finfo(float).tiny)  # 2.2e-308
-"""The smallest p a float holds at full precision: a p under it is reported as a bound ("< 2.23e-308"), never 0."""
 CMH_LABEL = "descriptive: pooled examples, prompts fixed"
 """What the CMH test can say: it treats each seed's shipped prompts as fixed and their answers as independent
 examples, so it describes those prompts, not the optimizers (optimizer-level claims use the across-seed tests)."""
@@ -70,44 +65,17 @@ def _correct(confirmation: Confirmation) -> int:
     return round(confirmation.best_accuracy * confirmation.n)
 
 
-def _paired_t(diffs: list[float]) -> float | None:
-    """Two-sided paired t-test p; None when the differences have no spread (the t statistic is undefined)."""
-    if len(set(diffs)) == 1:
-        return None
-    return float(stats.ttest_1samp(diffs, 0.0).pvalue)
-
-
-def sign_flip_p(diffs: list[float]) -> float:
-    """Exact two-sided sign-flip permutation p: the share of the 2^n sign patterns whose mean is at
-    least as far from 0 as the observed one (the observed pattern included, so never 0)."""
-    observed = abs(sum(diffs))
-    flips = [abs(sum(s * d for s, d in zip(signs, diffs))) for signs in itertools.product((1, -1), repeat=len(diffs))]
-    return sum(f >= observed - 1e-12 for f in flips) / len(flips)
-
-
 def cmh_p(first: list[ArmRun], second: list[ArmRun]) -> float | None:
     """Cochran-Mantel-Haenszel test that the odds of a right answer are equal for the two arms' shipped
     prompts, pooled over their seeds' test examples with one 2x2 table per seed (`CMH_LABEL`); None
-    when a table is degenerate (an arm right or wrong everywhere on every seed). The p is the chi-square
-    survival function of statsmodels' statistic: its own `1 - cdf` is 0 below about 1e-16."""
+    when a table is degenerate (an arm right or wrong everywhere on every seed)."""
     theirs = {r.seed: r for r in second}
     tables = []
     for mine in first:
         if mine.seed in theirs and mine.test_correct:
             a, b = sum(mine.test_correct), sum(theirs[mine.seed].test_correct)
             tables.append(np.array([[a, len(mine.test_correct) - a], [b, len(theirs[mine.seed].test_correct) - b]]))
-    if len(tables) < 2 or all(t[:, 0].sum() in (0, t.sum()) for t in tables):
-        return None
-    statistic = StratifiedTable(tables).test_null_odds(correction=True).statistic
-    # Only a statistic above ~1400 underflows sf; P_FLOOR then stands for "below it", printed as a bound.
-    return max(float(stats.chi2.sf(statistic, 1)), P_FLOOR)
-
-
-def _bh(values: list[float | None]) -> list[float | None]:
-    """BH over the defined p-values of a family; undefined ones stay None."""
-    defined = [p for p in values if p is not None]
-    adjusted = iter(adjust_pvalues(defined, method="fdr_bh")[1] if defined else [])
-    return [None if p is None else float(next(adjusted)) for p in values]
+    return stratified_odds_p(tables)
 
 
 def seed_pairs(summaries: list[ArmSummary]) -> list[SeedPair]:
@@ -125,10 +93,10 @@ def seed_pairs(summaries: list[ArmSummary]) -> list[SeedPair]:
                     continue
                 diffs = [(_correct(a) - _correct(b)) / a.n for a, b in pairs]
                 family.append(SeedPair(first.arm, second.arm, keep, len(pairs), mean(diffs),
-                                       t_interval(diffs, (-1.0, 1.0)), _paired_t(diffs), sign_flip_p(diffs),
+                                       t_interval(diffs, (-1.0, 1.0)), paired_t(diffs), sign_flip_p(diffs),
                                        cmh_p(first.runs, second.runs) if keep == "guarded" else None))
-        for test, p, p_perm, p_cmh in zip(family, _bh([t.p for t in family]), _bh([t.p_perm for t in family]),
-                                          _bh([t.p_cmh for t in family])):
+        for test, p, p_perm, p_cmh in zip(family, bh_defined([t.p for t in family]), bh_defined([t.p_perm for t in family]),
+                                          bh_defined([t.p_cmh for t in family])):
             test.p_bh, test.p_perm_bh, test.p_cmh_bh = p, float(p_perm), p_cmh
         tests += family
     return tests
@@ -151,41 +119,3 @@ def pairwise(summaries: list[ArmSummary]) -> list[PairTest]:
     return tests
 
 
-@dataclass
-class Claim:
-    """One pre-registered claim of a headline run: on `task`, arm `first` beats arm `second` by more than
-    `margin` in test accuracy, tested one-sided by a paired t over the per-seed differences."""
-
-    task: str
-    first: str
-    second: str
-    margin: float
-    diffs: list[float]  # first − second, one per seed (each seed its own data draw)
-    p: float | None = None
-    p_bh: float | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.task}: {self.first} − {self.second} > {self.margin:g}"
-
-
-def one_sided_t(diffs: list[float], margin: float = 0.0) -> float | None:
-    """p of a one-sided paired t-test that the mean difference exceeds `margin`; None with no spread to test."""
-    if len(diffs) < 2 or len(set(diffs)) == 1:
-        return None
-    return max(float(stats.ttest_1samp(diffs, margin, alternative="greater").pvalue), P_FLOOR)
-
-
-def judge_claims(claims: list[Claim]) -> list[Claim]:
-    """Every claim's one-sided t p, Benjamini–Hochberg-corrected across all of them (the headline's one family:
-    every task's primary and secondary claims together); a claim with no spread stays untested (None)."""
-    for claim in claims:
-        claim.p = one_sided_t(claim.diffs, claim.margin)
-    for claim, p_bh in zip(claims, _bh([claim.p for claim in claims])):
-        claim.p_bh = p_bh
-    return claims
-
-
-def p_text(p: float) -> str:
-    """A p-value as reports print it: three figures, or the bound it stands for at the float floor."""
-    return f"< {P_FLOOR:.3g}" if p <= P_FLOOR else f"{p:.3g}"

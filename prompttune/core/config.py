@@ -16,7 +16,7 @@ def _path_text(value: Any) -> Any:
 PathText = Annotated[str, BeforeValidator(_path_text)]
 
 Serve = Literal["logprobs", "generate", "choice"]
-"""The serving contract: how production turns the model's output into a label (`evaluation/contract.py`)."""
+"""The serving contract: how production turns the model's output into a label (`scoring/contract.py`)."""
 SERVES: tuple[Serve, ...] = ("logprobs", "generate", "choice")
 DEFAULT_SERVE: Serve = "logprobs"
 # `--scoring` before `--serve` existed, and the `scoring` key of an older config.json: the contract each meant.

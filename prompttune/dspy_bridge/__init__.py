@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Callable
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
-from prompttune.evaluation.confirmation import Verdict
 from prompttune.optimizers import OPTIMIZERS, SearchContext
 from prompttune.optimizers.contract import describe_options
 from prompttune.optimizers.driver import SearchOutcome
@@ -30,6 +29,7 @@ from prompttune.optimizers.registry import (
     lookup,
     register,
 )
+from prompttune.scoring.confirmation import Verdict
 
 if TYPE_CHECKING:
     from prompttune.dspy_bridge.arm import DspyArm

@@ -52,9 +52,9 @@ from dspy.lm15 import Message, Request, Response, TextPart, Usage, response_to_e
 
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import Prompt, Record
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.records import Query
 from prompttune.optimizers.proposer import Proposer
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.records import Query
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 
 Observer = Callable[[PromptSpec, Record], None]

@@ -12,7 +12,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.dspy_bridge.arm import DspyArm, Tools, ValsetOptions, exact_label
-from prompttune.evaluation.ledger import BudgetLedger
+from prompttune.scoring.ledger import BudgetLedger
 
 
 def feedback_text(record: Record, labels: Sequence[str]) -> str:

@@ -20,7 +20,7 @@ from prompttune.dspy_bridge.arm import DSPY_TRIES_PER_DEMO, DspyArm, Tools, Vals
 SUMMARY_CALLS = 11  # MIPROv2's dataset summary: at most 10 observation calls and one summary
 
 
-class MiproOptions(ValsetOptions):
+class MiproV2Options(ValsetOptions):
     auto: Literal["light", "medium", "heavy"] | None = Field(
         None, description="null (default): num_candidates and num_trials sized to the cap; light, medium or "
                           "heavy: MIPROv2's preset as DSPy defines it, whatever the cap")
@@ -56,12 +56,12 @@ def _trial_calls(combos: int, trials: int, val: int, batch: int, steps: int) -> 
     return calls
 
 
-class Mipro(DspyArm):
+class MiproV2(DspyArm):
     """MIPROv2 with auto=None: as many candidates as the cap pays for, with MIPROv2's recommended
     trials; its `auto` presets on request. Proposals are sampled at DSPy's temperature 1.0."""
 
     name = "dspy-mipro"
-    Options = MiproOptions
+    Options = MiproV2Options
     MOST_CANDIDATES = 200  # a bound on the search for the plan, far above what any cap here pays for
     # The trials fill the estimate to this multiple of the cap: on the embedded model MIPROv2 spent 85-97%
     # of its estimate (fewer bootstrap tries, TPE drawing the programs it likes again: cache hits), so a

@@ -28,7 +28,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge.arm import DSPY_TRIES_PER_DEMO, DspyArm, DspyOptions, Tools, ValsetOptions, exact_label
 from prompttune.dspy_bridge.gepa import Gepa
-from prompttune.dspy_bridge.mipro import Mipro
+from prompttune.dspy_bridge.mipro import MiproV2
 
 
 class BfrsOptions(ValsetOptions):
@@ -179,4 +179,4 @@ class Simba(DspyArm):
         return trainset[:self.trainset_size]
 
 
-DSPY_OPTIMIZERS: dict[str, type[DspyArm]] = {arm.name: arm for arm in (Mipro, Bfrs, Gepa, Copro, Simba)}
+DSPY_OPTIMIZERS: dict[str, type[DspyArm]] = {arm.name: arm for arm in (MiproV2, Bfrs, Gepa, Copro, Simba)}

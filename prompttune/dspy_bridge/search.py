@@ -30,11 +30,11 @@ from prompttune.dspy_bridge.arm import DspyArm, Sizes, Tools
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
 from prompttune.dspy_bridge.program import ProgramMapping
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.contract import spec_candidate
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import Candidate
 from prompttune.search_spaces.prompt import PromptSpec
 

@@ -25,12 +25,12 @@ from prompttune.engine.run_dir import BackendFactory
 from prompttune.engine.setup import load_run_task, load_space, require_dev_budget
 from prompttune.engine.study import checked_search, run_study
 from prompttune.engine.workers import Executor, ProcessExecutor
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
 from prompttune.optimizers import SearchContext
 from prompttune.results.arms import ArmRun, save_arm_run
 from prompttune.results.compare import Coverage
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
 

@@ -30,14 +30,14 @@ from prompttune.engine.arm_runs import ArmJob, Draw, draw_seed, make_executor, r
 from prompttune.engine.run_dir import BackendFactory, open_run
 from prompttune.engine.setup import RUN_DIR, build_backend, check_paths, load_run_task, run_contract
 from prompttune.engine.study import run_versions
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import build_evaluator
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.reports.compare_report import print_summary, write_report
 from prompttune.reports.html_report import write_html_report
 from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run, save_arm_run
 from prompttune.results.compare import Cap, CompareResult, EqualSpend
 from prompttune.results.run_record import run_status
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import build_evaluator
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks.base import Task
 from prompttune.tasks.builtin import tuning_pool

@@ -51,9 +51,6 @@ from prompttune.core.errors import UserError
 from prompttune.core.storage import read_json
 from prompttune.core.types import Example, Prompt
 from prompttune.engine.setup import load_run_task
-from prompttune.evaluation import contract, extraction
-from prompttune.evaluation.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
-from prompttune.evaluation.prediction import CONTENT_FREE
 from prompttune.results.prompt_formats import (
     OFFSETS,
     as_json,
@@ -71,6 +68,9 @@ from prompttune.results.prompt_formats import (
     template,
 )
 from prompttune.results.run_record import read_run_config
+from prompttune.scoring import contract, extraction
+from prompttune.scoring.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
+from prompttune.scoring.prediction import CONTENT_FREE
 from prompttune.search_spaces.prompt import PromptSpec
 
 FORMATS = ("text", "json", "openai-chat", "dspy", "python")
@@ -340,7 +340,7 @@ def python_module(spec: PromptSpec, demos: list[Example], config: RunConfig, run
     return _module_docstring(contract, spec, name) + body
 
 
-_EXTRACTION_IMPORT = ("from prompttune.evaluation.extraction import extract_label  "
+_EXTRACTION_IMPORT = ("from prompttune.scoring.extraction import extract_label  "
                       "# replaced by that code on export\n")
 _EMPTY_CONTRACT = "CONTRACT: dict[str, Any] = {}  # replaced by the run's contract on export\n"
 

@@ -23,14 +23,14 @@ from prompttune.dspy_bridge import lookup
 from prompttune.engine.comparison import check_compare
 from prompttune.engine.setup import load_run_task, load_space, run_contract, search_budget
 from prompttune.engine.study import checked_search
-from prompttune.evaluation import contract
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import build_evaluator
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import caps_text
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.compare import Cap
+from prompttune.scoring import contract
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import build_evaluator
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.tasks.base import Task
 
 PROBE_EXAMPLES = 8

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import RunInterrupted
 from prompttune.engine.workers import Executor, FollowedStop, Item, WorkerTask, run_followed
-from prompttune.evaluation.cache import ResultCache
+from prompttune.scoring.cache import ResultCache
 
 try:
     import ray

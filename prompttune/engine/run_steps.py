@@ -26,22 +26,22 @@ from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage
 from prompttune.core.types import Example
 from prompttune.engine.run_dir import OpenRun
 from prompttune.engine.verdicts import Look, next_look_alpha
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Verdict, held_out_verdict
-from prompttune.evaluation.evaluator import Evaluator, build_evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
-from prompttune.evaluation.serving import (
+from prompttune.optimizers.contract import SearchContext
+from prompttune.optimizers.driver import SearchOutcome
+from prompttune.optimizers.proposer import Proposer
+from prompttune.optimizers.registry import Setting, Strategy
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.confirmation import Verdict, held_out_verdict
+from prompttune.scoring.evaluator import Evaluator, build_evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
+from prompttune.scoring.serving import (
     FinalistRescoring,
     GenerationCheck,
     check_generation,
     rescore_finalists,
     served_by_verdict,
 )
-from prompttune.optimizers.contract import SearchContext
-from prompttune.optimizers.driver import SearchOutcome
-from prompttune.optimizers.proposer import Proposer
-from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.search_spaces import Candidate
 from prompttune.tasks.base import Task
 

@@ -4,7 +4,7 @@ and copies in the label extraction the import below names): a classifier that ca
 OpenAI-compatible server exactly as the run's verdict scored its prompts.
 
 It mirrors prompttune's openai backend (backends/openai_backend.py, openai_chat.py) and prediction
-(evaluation/prediction.py), so that production reproduces the confirmed accuracy: the same start-up
+(scoring/prediction.py), so that production reproduces the confirmed accuracy: the same start-up
 probe picks the endpoint and how labels are scored, the same requests score each label or generate
 an answer, and the same offsets and extraction turn them into a label. Standard library only, so
 the written module runs wherever Python does.
@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Sequence
 
-from prompttune.evaluation.extraction import extract_label  # replaced by that code on export
+from prompttune.scoring.extraction import extract_label  # replaced by that code on export
 
 CONTRACT: dict[str, Any] = {}  # replaced by the run's contract on export
 
@@ -42,7 +42,7 @@ class ContractError(RuntimeError):
     listed, ...): a prediction here would not be the one the test confirmed."""
 
 
-class ServerError(RuntimeError):
+class ServingError(RuntimeError):
     """The server refused a request or could not be reached."""
 
 
@@ -83,7 +83,7 @@ def echoed_span(logprobs: dict, start: int, end: int) -> list[float]:
     ends = offsets[1:] + [math.inf]
     picked = [i for i, (a, b) in enumerate(zip(offsets, ends)) if a < end and b > start and b > a]
     if not picked:
-        raise ServerError(f"echoed log-probs do not cover characters {start}..{end} of the prompt")
+        raise ServingError(f"echoed log-probs do not cover characters {start}..{end} of the prompt")
     return [float(logprobs["token_logprobs"][i]) for i in picked]
 
 
@@ -131,9 +131,9 @@ class Classifier:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read().decode(errors="replace").strip().splitlines()
-            raise ServerError(f"{self.base_url}{path}: HTTP {exc.code}: {detail[0][:200] if detail else ''}") from None
+            raise ServingError(f"{self.base_url}{path}: HTTP {exc.code}: {detail[0][:200] if detail else ''}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ServerError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from None
+            raise ServingError(f"{self.base_url}{path}: {type(exc).__name__}: {exc}") from None
 
     def _served_model(self) -> str:
         request = urllib.request.Request(self.base_url + "/models",
@@ -142,9 +142,9 @@ class Classifier:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 served = [m["id"] for m in json.loads(response.read()).get("data", [])]
         except (urllib.error.URLError, OSError, ValueError, KeyError) as exc:
-            raise ServerError(f"cannot reach {self.base_url}/models: {exc}") from None
+            raise ServingError(f"cannot reach {self.base_url}/models: {exc}") from None
         if len(served) != 1:
-            raise ServerError(f"{self.base_url} serves {len(served)} models; pass model= (one of {served})")
+            raise ServingError(f"{self.base_url} serves {len(served)} models; pass model= (one of {served})")
         return served[0]
 
     # -- the start-up probe, as prompttune's openai backend makes it ---------------------------------
@@ -182,12 +182,12 @@ class Classifier:
         try:
             top = self._post("/completions", self._next_token_body(PROBE_TEXT, 1, TOP_LOGPROBS))[
                 "choices"][0]["logprobs"]["top_logprobs"][0]
-        except (ServerError, KeyError, IndexError, TypeError, ValueError):
+        except (ServingError, KeyError, IndexError, TypeError, ValueError):
             top = None
         if top is None and CONTRACT["api"] == "auto":
             try:
                 self._post("/completions", self._next_token_body(PROBE_TEXT, 1, None))
-            except ServerError:
+            except ServingError:
                 return None
         expected = next_piece(top, PROBE_CONTINUATION) if top else None
         full = PROBE_TEXT + PROBE_CONTINUATION
@@ -196,7 +196,7 @@ class Classifier:
             echoed = echoed_span(choice["logprobs"], len(PROBE_TEXT), len(full)) \
                 if choice["text"].startswith(full) else None
             before = last_prompt_top(choice["logprobs"], len(PROBE_TEXT)) or {}
-        except (ServerError, KeyError, IndexError, TypeError, ValueError):
+        except (ServingError, KeyError, IndexError, TypeError, ValueError):
             echoed, before = None, {}
         if echoed and (expected is None or abs(echoed[0] - expected[1]) <= ECHO_TOLERANCE):
             return "echo"
@@ -212,12 +212,12 @@ class Classifier:
                 response = self._post("/chat/completions", self._chat_body(messages, 1, top, go_on))
                 content = response["choices"][0]["message"]["content"] or ""
                 listed = first_top(response)
-            except (ServerError, KeyError, IndexError, TypeError, ValueError):
+            except (ServingError, KeyError, IndexError, TypeError, ValueError):
                 continue
             self.prefill = go_on and content[:1].isspace() and PROBE_CONTINUATION.startswith(content)
             self.top_k = top if listed and top else 0
             return "first_token" if listed else "none"
-        raise ServerError(f"{self.base_url} offers neither /completions nor a usable /chat/completions")
+        raise ServingError(f"{self.base_url} offers neither /completions nor a usable /chat/completions")
 
     # -- the prompt ------------------------------------------------------------------------------
     def _request(self, fields: dict[str, str]) -> tuple[Any, tuple[str, ...]]:
@@ -389,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(f"line {number}: {exc}", file=sys.stderr)
             return 2
-        except (ContractError, ServerError) as exc:
+        except (ContractError, ServingError) as exc:
             print(f"line {number}: {exc}", file=sys.stderr)
             return 1
     return 0

@@ -12,11 +12,11 @@ from prompttune.backends.factory import build_backend, check_backend
 from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.types import input_words
-from prompttune.evaluation import contract
-from prompttune.objectives import Objective
-from prompttune.objectives.stats import AcceptRule
 from prompttune.optimizers import SearchContext
+from prompttune.scoring import contract
 from prompttune.search_spaces import SearchSpace, default_space
+from prompttune.statistics import Objective
+from prompttune.statistics.stats import AcceptRule
 from prompttune.tasks import SplitSizes, Task, load_task
 from prompttune.tasks.user_prompt import read_prompt_file
 

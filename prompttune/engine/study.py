@@ -43,21 +43,21 @@ from prompttune.engine.setup import (
     search_context,
 )
 from prompttune.engine.verdicts import next_look_alpha, recorded_looks
-from prompttune.evaluation import contract
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import prompt_tokens
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
-from prompttune.evaluation.per_class import per_class
-from prompttune.objectives import Objective, get_objective
 from prompttune.optimizers.contract import SearchContext
 from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.run import Resumption, RunResult
 from prompttune.results.run_record import read_run_config, run_status
+from prompttune.scoring import contract
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import prompt_tokens
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
+from prompttune.scoring.per_class import per_class
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
+from prompttune.statistics import Objective, get_objective
 from prompttune.tasks.base import Task
 
 

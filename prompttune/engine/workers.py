@@ -26,7 +26,7 @@ from typing import Any, Callable, Generic, Iterator, TypeVar
 
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import SIGNALS, RunInterrupted, StopRequest, stop_on_signals
-from prompttune.evaluation.cache import ResultCache
+from prompttune.scoring.cache import ResultCache
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")

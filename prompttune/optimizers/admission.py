@@ -1,6 +1,6 @@
 """What a candidate must meet before it is scored: every frozen text of the user's prompt verbatim, at most
 `--max-prompt-tokens` tokens around an empty input, and label offsets only where the serving contract can apply
-them (`evaluation/contract.py`). The search driver asks here for every candidate any
+them (`scoring/contract.py`). The search driver asks here for every candidate any
 optimizer wants scored, so none can be scored, selected or shipped without them."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Literal, Mapping
 from prompttune.backends.base import Backend
 from prompttune.core.config import Serve
 from prompttune.core.types import Example
-from prompttune.evaluation import contract
-from prompttune.evaluation.evaluator import prompt_tokens
+from prompttune.scoring import contract
+from prompttune.scoring.evaluator import prompt_tokens
 from prompttune.search_spaces.frozen import missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, select_demos
 

@@ -23,14 +23,14 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from prompttune.core.config import Serve
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.objectives import Objective, get_objective
-from prompttune.objectives.stats import AcceptRule, Decision
 from prompttune.optimizers.proposer import Proposer, checked_instruction
 from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.frozen import keep_frozen
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate, SearchSpace
+from prompttune.statistics import Objective, get_objective
+from prompttune.statistics.stats import AcceptRule, Decision
 
 
 @dataclass

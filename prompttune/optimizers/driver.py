@@ -2,7 +2,7 @@
 baseline top-up for every strategy (`contract.py`). It merges the baseline into the strategy's ranking by paired
 dev score (`SearchDriver.ranking`), so nothing handed on ranks above the baseline unless it beat it on the same
 dev examples, and admits every candidate before it is scored (`admission.py`): a refused one is neither scored
-nor charged and never ranked. The held-out verdict comes after (`prompttune.evaluation.confirmation`)."""
+nor charged and never ranked. The held-out verdict comes after (`prompttune.scoring.confirmation`)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from typing import Any, Callable, Iterator
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.objectives.stats import Decision, paired_compare
 from prompttune.optimizers.admission import Admission
 from prompttune.optimizers.contract import Challenge, Optimizer, TrialRequest
 from prompttune.optimizers.search_helpers import place_baseline
+from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate
+from prompttune.statistics.stats import Decision, paired_compare
 
 
 def decision_log(decision: Decision) -> dict[str, Any]:

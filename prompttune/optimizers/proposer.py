@@ -8,8 +8,8 @@ from typing import Callable, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.types import GenerateRequest, Prompt
-from prompttune.evaluation.cache import cache_key
-from prompttune.evaluation.metering import Meter, generate_values
+from prompttune.scoring.cache import cache_key
+from prompttune.scoring.metering import Meter, generate_values
 
 
 class Proposer:

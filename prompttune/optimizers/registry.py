@@ -12,12 +12,12 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
-from prompttune.evaluation.confirmation import Verdict
-from prompttune.evaluation.evaluator import Evaluator
 from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
 from prompttune.optimizers.contract import describe_options, validate_options
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
+from prompttune.scoring.confirmation import Verdict
+from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces import Candidate
 from prompttune.tasks.base import Task
 

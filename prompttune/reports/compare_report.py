@@ -13,15 +13,16 @@ from rich.table import Table
 
 from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import Spend, fingerprint
-from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES, P_FLOOR, p_text
+from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES
 from prompttune.comparing.variants import optimizer_of
 from prompttune.dspy_bridge import lookup
-from prompttune.evaluation import contract
-from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name, reports_of
 from prompttune.reports.optimize_report import lost_classes, versions_lines
 from prompttune.results.arms import ArmRun
 from prompttune.results.compare import ArmSummary, Cap, Coverage, Scores, SeedPair
+from prompttune.scoring import contract
+from prompttune.scoring.per_class import PerClass
+from prompttune.statistics.seeds import P_FLOOR, p_text
 
 if TYPE_CHECKING:
     from prompttune.results.compare import CompareResult

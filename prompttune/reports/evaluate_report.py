@@ -15,11 +15,11 @@ from matplotlib.figure import Figure
 from rich.console import Console
 from rich.table import Table
 
-from prompttune.evaluation import contract
-from prompttune.evaluation.per_class import PerClass
-from prompttune.objectives.multiprompt import sensitivity_quantiles
 from prompttune.reports import ci_text, model_name
 from prompttune.reports.optimize_report import lost_classes, versions_lines
+from prompttune.scoring import contract
+from prompttune.scoring.per_class import PerClass
+from prompttune.statistics.multiprompt import sensitivity_quantiles
 
 if TYPE_CHECKING:
     from prompttune.results.evaluate import EvaluationResult, SettingResult

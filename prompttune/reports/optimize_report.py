@@ -9,17 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from prompttune.core.storage import write_atomic
-from prompttune.evaluation import contract
-from prompttune.evaluation.per_class import ClassLoss, PerClass
-from prompttune.objectives.stats import (
-    FLIP_SHARE,
-    TARGET_POWER,
-    accuracy_sigma,
-    examples_for_gain,
-    in_points,
-    selection_bias_scale,
-    smallest_confirmable_gain,
-)
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 from prompttune.reports.serving_sections import (
@@ -30,6 +19,17 @@ from prompttune.reports.serving_sections import (
     scoring_line,
     server_rows,
     servers_section,
+)
+from prompttune.scoring import contract
+from prompttune.scoring.per_class import ClassLoss, PerClass
+from prompttune.statistics.stats import (
+    FLIP_SHARE,
+    TARGET_POWER,
+    accuracy_sigma,
+    examples_for_gain,
+    in_points,
+    selection_bias_scale,
+    smallest_confirmable_gain,
 )
 
 if TYPE_CHECKING:

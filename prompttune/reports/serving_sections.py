@@ -8,8 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 from prompttune.core.config import Serve
-from prompttune.evaluation import contract
-from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
+from prompttune.scoring import contract
+from prompttune.scoring.serving import FinalistRescoring, GenerationCheck
 
 SERVER_COUNTS = ("requests", "retries", "failures", "quarantines", "readmissions")
 

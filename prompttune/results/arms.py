@@ -9,10 +9,10 @@ from pathlib import Path
 from pydantic import ConfigDict, TypeAdapter
 
 from prompttune.core.storage import write_atomic
-from prompttune.evaluation.confirmation import Confirmation
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import GenerationCheck
+from prompttune.scoring.confirmation import Confirmation
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.per_class import PerClass
+from prompttune.scoring.serving import GenerationCheck
 from prompttune.search_spaces.prompt import PromptSpec
 
 

@@ -10,10 +10,10 @@ from statistics import mean
 from typing import Any, Literal
 
 from prompttune.core.config import RunConfig
-from prompttune.evaluation.confirmation import Confirmation
-from prompttune.objectives.stats import PairedComparison, t_interval
 from prompttune.results.arms import ArmRun
+from prompttune.scoring.confirmation import Confirmation
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.statistics.stats import PairedComparison, t_interval
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What `evaluate` hands back: each prompt's score under each scoring, the set's summary, ensembles, POSIX,
-and the config it ran (saved verbatim to config.json). Produced by `prompttune.engine.evaluation`."""
+and the config it ran (saved verbatim to config.json). Produced by `prompttune.engine.evaluate`."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pydantic import Field, model_validator
 from prompttune.core.config import BackendConfig, PathText, RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.evaluation.contract import GENERATION
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.prompt_sources import NamedPrompt
-from prompttune.evaluation.sensitivity import PosixResult
-from prompttune.objectives.multiprompt import PromptSetSummary, top_two_gap
+from prompttune.scoring.contract import GENERATION
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.per_class import PerClass
+from prompttune.scoring.prompt_sources import NamedPrompt
+from prompttune.scoring.sensitivity import PosixResult
+from prompttune.statistics.multiprompt import PromptSetSummary, top_two_gap
 from prompttune.tasks import Task
 
 SINGLE_PROMPT_SCORINGS = ("logit", "generate", "calibrated")

@@ -14,9 +14,9 @@ from prompttune.backends import openai_chat as chat
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, Prompt
-from prompttune.evaluation.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
-from prompttune.evaluation.prediction import CONTENT_FREE
-from prompttune.evaluation.prompt_sources import OPENAI_CHAT_FORMAT
+from prompttune.scoring.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
+from prompttune.scoring.prediction import CONTENT_FREE
+from prompttune.scoring.prompt_sources import OPENAI_CHAT_FORMAT
 from prompttune.search_spaces.prompt import PromptSpec, render
 
 FORMAT = "prompttune-prompt/1"

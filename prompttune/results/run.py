@@ -19,15 +19,15 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Prompt
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.confirmation import Confirmation, Verdict
-from prompttune.evaluation.contract import scored_by
-from prompttune.evaluation.evaluator import build_evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.results.prompt_formats import as_json, as_text, template
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.confirmation import Confirmation, Verdict
+from prompttune.scoring.contract import scored_by
+from prompttune.scoring.evaluator import build_evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.per_class import PerClass
+from prompttune.scoring.serving import FinalistRescoring, GenerationCheck
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 

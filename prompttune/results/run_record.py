@@ -14,7 +14,7 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import INTERRUPTION
 from prompttune.core.storage import write_atomic
-from prompttune.evaluation.contract import scored_by
+from prompttune.scoring.contract import scored_by
 
 if TYPE_CHECKING:
     from prompttune.results.run import RunResult

@@ -17,8 +17,8 @@ from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 
-from prompttune.objectives.stats import wilson_ci
 from prompttune.search_spaces.constraints import Constraint
+from prompttune.statistics.stats import wilson_ci
 
 Combo = tuple[int, ...]
 ENUMERATE_LIMIT = 200_000

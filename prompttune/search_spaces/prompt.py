@@ -21,7 +21,7 @@ class PromptSpec:
     Passages (retrieval-context fields) come first, joined by `passage_separator`; `options` is a
     pre-rendered option list shown with every example, so demos and query share it.
     `calibrate` changes no text: it divides the label probabilities by the prompt's own bias on
-    content-free inputs (`prompttune.evaluation.prediction`), a part of the prompt that ships with it.
+    content-free inputs (`prompttune.scoring.prediction`), a part of the prompt that ships with it.
     `label_bias` changes no text either: batch calibration's offsets, subtracted from the label
     log-probabilities (normalised over the labels), estimated once from unlabelled inputs and fixed.
     """

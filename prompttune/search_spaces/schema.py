@@ -64,14 +64,14 @@ class Choice(_Strict):
     values: list[Any] = Field(min_length=1)
 
 
-class FewShot(_Strict):
+class FewShotSettings(_Strict):
     k: list[int] = Field(default_factory=lambda: [0], min_length=1)
     selection: list[str] = Field(default_factory=lambda: ["random"], min_length=1)
     order: list[int] = Field(default_factory=lambda: [0], min_length=1)
     draw_seed: int = 0
 
     @model_validator(mode="after")
-    def _non_negative(self) -> "FewShot":
+    def _non_negative(self) -> "FewShotSettings":
         if any(k < 0 for k in self.k):
             raise ValueError("k must be 0 or more")
         return self
@@ -129,7 +129,7 @@ class SpaceFile(_Strict):
     label_words: dict[str, list[str]] | Literal["task"] | None = None
     choices: dict[str, Choice] = Field(default_factory=dict)
     grammars: Grammars = Field(default_factory=Grammars)
-    few_shot: FewShot | None = None
+    few_shot: FewShotSettings | None = None
     toggles: Toggles = Field(default_factory=Toggles)
     constraints: list[RuleSettings] = Field(default_factory=list)
     default: dict[str, Any] = Field(default_factory=dict, description="dimension -> baseline value")

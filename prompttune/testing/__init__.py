@@ -24,10 +24,10 @@ from prompttune.backends.base import Backend, Request
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 from prompttune.engine.study import run_study
-from prompttune.evaluation.confirmation import Verdict
-from prompttune.evaluation.ledger import BudgetLedger
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.results.run import RunResult
+from prompttune.scoring.confirmation import Verdict
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.tasks.base import SplitSizes, Task, make_splits

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator
 
-from prompttune.evaluation.prediction import label_bias
 from prompttune.optimizers.contract import Optimizer, TrialRequest
 from prompttune.optimizers.reflect.genome import Genome
 from prompttune.optimizers.reflect.race import margin
+from prompttune.scoring.prediction import label_bias
 from prompttune.search_spaces.space import Candidate
 
 

@@ -7,8 +7,6 @@ from pathlib import Path
 from prompttune.comparing.summary import CMH_LABEL
 from prompttune.core.config import RunConfig
 from prompttune.core.storage import read_json
-from prompttune.evaluation.contract import scored_by
-from prompttune.evaluation.per_class import PerClass
 from prompttune.reports import ci_text, model_name
 from prompttune.reports.compare_report import (
     CLASS_FLAG_HEADER,
@@ -26,6 +24,8 @@ from prompttune.reports.compare_report import (
 )
 from prompttune.reports.html.optimize_page import versions_section
 from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table
+from prompttune.scoring.contract import scored_by
+from prompttune.scoring.per_class import PerClass
 
 
 def _scores(scores: dict) -> list[str]:

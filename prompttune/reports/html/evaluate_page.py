@@ -7,9 +7,6 @@ from pathlib import Path
 import numpy as np
 
 from prompttune.core.storage import read_json
-from prompttune.evaluation.contract import scored_by
-from prompttune.evaluation.per_class import PerClass
-from prompttune.objectives.multiprompt import top_two_gap
 from prompttune.reports import ci_text, model_name
 from prompttune.reports.evaluate_report import (
     CLASS_LOSS_HEADER,
@@ -24,6 +21,9 @@ from prompttune.reports.evaluate_report import (
 )
 from prompttune.reports.html.optimize_page import versions_section
 from prompttune.reports.html.page import Html, document, esc, para, png_img, read_jsonl, section, table
+from prompttune.scoring.contract import scored_by
+from prompttune.scoring.per_class import PerClass
+from prompttune.statistics.multiprompt import top_two_gap
 
 
 def _prompt_rows(prompts: list[dict], scoring: str) -> list[list[object]]:

@@ -14,10 +14,6 @@ from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
 from prompttune.core.storage import read_json
-from prompttune.evaluation import contract
-from prompttune.evaluation.per_class import PerClass
-from prompttune.evaluation.serving import FinalistRescoring, GenerationCheck
-from prompttune.objectives.stats import t_interval, wilson_ci
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.html.page import (
     Html,
@@ -55,6 +51,10 @@ from prompttune.reports.serving_sections import (
     server_rows,
 )
 from prompttune.results.run_record import FACTS, run_status
+from prompttune.scoring import contract
+from prompttune.scoring.per_class import PerClass
+from prompttune.scoring.serving import FinalistRescoring, GenerationCheck
+from prompttune.statistics.stats import t_interval, wilson_ci
 
 DISCORDANT_SHOWN = 6
 INVALID = "(invalid)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from prompttune.core.types import Record
-from prompttune.evaluation.confirmation import Verdict
+from prompttune.scoring.confirmation import Verdict
 
 
 @dataclass

@@ -19,21 +19,6 @@ from prompttune.core.types import Record
 from prompttune.engine.run_dir import open_run, run_label
 from prompttune.engine.setup import check_paths, task_space
 from prompttune.engine.study import run_versions
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.evaluator import Evaluator, build_evaluator
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.per_class import class_figures
-from prompttune.evaluation.prediction import EnsemblePredictor, make_predictor
-from prompttune.evaluation.prompt_sources import NamedPrompt, load_prompts_file, sample_space
-from prompttune.evaluation.sensitivity import PosixResult, measure_posix
-from prompttune.objectives.metrics import macro_f1
-from prompttune.objectives.multiprompt import (
-    rank_agreement,
-    summarize_prompt_set,
-    top_k_iou,
-    top_two_gap,
-)
-from prompttune.objectives.stats import wilson_ci
 from prompttune.reports.evaluate_report import print_summary, write_outputs
 from prompttune.reports.html_report import write_html_report
 from prompttune.results.evaluate import (
@@ -44,6 +29,21 @@ from prompttune.results.evaluate import (
     PromptScore,
     SettingResult,
 )
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import Evaluator, build_evaluator
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.per_class import class_figures
+from prompttune.scoring.prediction import EnsemblePredictor, make_predictor
+from prompttune.scoring.prompt_sources import NamedPrompt, load_prompts_file, sample_space
+from prompttune.scoring.sensitivity import PosixResult, measure_posix
+from prompttune.statistics.metrics import macro_f1
+from prompttune.statistics.multiprompt import (
+    rank_agreement,
+    summarize_prompt_set,
+    top_k_iou,
+    top_two_gap,
+)
+from prompttune.statistics.stats import wilson_ci
 from prompttune.tasks import SplitSizes, Task, load_task
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from prompttune.evaluation.cache import ResultCache
+from prompttune.scoring.cache import ResultCache
 
 
 class MeteredCache:

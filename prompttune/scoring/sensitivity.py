@@ -2,7 +2,7 @@
 
 For intent-equivalent prompts x_1..x_N of one example, each prompt's greedy response y_j is
 scored (teacher-forced) under every prompt: logp[i, j] = log P(y_j | x_i). The statistic itself
-is `objectives.multiprompt.posix`; this module only gathers the matrices, so the calls share the
+is `statistics.multiprompt.posix`; this module only gathers the matrices, so the calls share the
 evaluator's cache and ledger (kinds `generate` and `posix`).
 """
 
@@ -14,10 +14,10 @@ from typing import Sequence
 import numpy as np
 
 from prompttune.core.errors import UserError
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.evaluation.records import Query
-from prompttune.objectives.multiprompt import posix
+from prompttune.scoring.evaluator import Evaluator
+from prompttune.scoring.records import Query
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.statistics.multiprompt import posix
 
 
 @dataclass(frozen=True)

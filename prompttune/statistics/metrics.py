@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from prompttune.core.errors import UserError
-from prompttune.objectives.stats import wilson_ci
+from prompttune.statistics.stats import wilson_ci
 
 Objective = Callable[[Sequence[int], Sequence[int | None], int], float]
 

@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from prompttune.core.types import Record
-from prompttune.evaluation.evaluator import Evaluator
-from prompttune.objectives.stats import PairedComparison, adjust_pvalues, paired_bootstrap_ci, paired_compare, wilson_ci
+from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.space import Candidate
+from prompttune.statistics.stats import PairedComparison, adjust_pvalues, paired_bootstrap_ci, paired_compare, wilson_ci
 
 
 @dataclass

@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 from prompttune.core.config import Serve
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import Record
-from prompttune.evaluation.confirmation import Verdict
-from prompttune.evaluation.contract import FINALISTS, scored_by
-from prompttune.evaluation.evaluator import Evaluator
+from prompttune.scoring.confirmation import Verdict
+from prompttune.scoring.contract import FINALISTS, scored_by
+from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.space import Candidate
 
 INVALID_SHOWN = 3  # generations without a label kept per prompt, so a reader sees what the model said

@@ -15,13 +15,13 @@ from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
-from prompttune.evaluation.cache import ResultCache, cache_key
-from prompttune.evaluation.contract import GENERATION
-from prompttune.evaluation.ledger import BudgetLedger
-from prompttune.evaluation.metered_cache import MeteredCache
-from prompttune.evaluation.metering import Meter, generate_values, score_values
-from prompttune.evaluation.prediction import Scoring, make_predictor
-from prompttune.evaluation.records import CONTENT_FREE_PREFIX, Mode, Output, Query
+from prompttune.scoring.cache import ResultCache, cache_key
+from prompttune.scoring.contract import GENERATION
+from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.metered_cache import MeteredCache
+from prompttune.scoring.metering import Meter, generate_values, score_values
+from prompttune.scoring.prediction import Scoring, make_predictor
+from prompttune.scoring.records import CONTENT_FREE_PREFIX, Mode, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, select_demos
 
 __all__ = ["Evaluator", "build_evaluator", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]

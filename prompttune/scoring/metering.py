@@ -19,9 +19,9 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 from prompttune.backends.base import Backend
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
-from prompttune.evaluation.cache import ResultCache
-from prompttune.evaluation.ledger import SHARED, BudgetLedger, Reservation
-from prompttune.evaluation.metered_cache import MeteredCache
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.ledger import SHARED, BudgetLedger, Reservation
+from prompttune.scoring.metered_cache import MeteredCache
 
 Request = TypeVar("Request")
 # A cached value: what the model said, plus the tokens it cost (read when a hit is charged).

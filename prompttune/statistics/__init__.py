@@ -1,6 +1,6 @@
 """Metrics, paired statistics and multi-prompt summaries used to judge prompts."""
 
-from prompttune.objectives.metrics import (
+from prompttune.statistics.metrics import (
     OBJECTIVES,
     MetricSummary,
     Objective,
@@ -13,7 +13,7 @@ from prompttune.objectives.metrics import (
     valid_accuracy,
     valid_rate,
 )
-from prompttune.objectives.multiprompt import (
+from prompttune.statistics.multiprompt import (
     PromptSetSummary,
     cps,
     posix,
@@ -24,7 +24,7 @@ from prompttune.objectives.multiprompt import (
     top_k_iou,
     top_two_gap,
 )
-from prompttune.objectives.stats import (
+from prompttune.statistics.stats import (
     AcceptRule,
     Decision,
     PairedComparison,

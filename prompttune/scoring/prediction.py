@@ -25,8 +25,8 @@ import numpy as np
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.evaluation.extraction import extract_label
-from prompttune.evaluation.records import Mode, Output, Query, content_free_id
+from prompttune.scoring.extraction import extract_label
+from prompttune.scoring.records import Mode, Output, Query, content_free_id
 from prompttune.search_spaces.prompt import PromptSpec
 
 Scoring = Literal["logit", "generate", "calibrated", "ensemble"]
