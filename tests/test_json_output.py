@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.cli import main
-from prompttune.engine import comparison, evaluation, study
+from prompttune.engine import comparison, evaluate, study
 from prompttune.testing import colours_task_file
 from tests.support import oracle_for
 
@@ -47,7 +47,7 @@ def test_compare_json_holds_each_arms_guarded_and_raw_means_and_the_checks(tmp_p
 
 def test_evaluate_json_holds_each_prompts_scores(tmp_path, capsys, monkeypatch) -> None:
     sizes = {"train_size": 60, "dev_size": 60, "test_size": 90}  # evaluate's model config carries no split sizes
-    monkeypatch.setattr(evaluation, "build_backend", lambda config: oracle_for(config.model_copy(update=sizes)))
+    monkeypatch.setattr(evaluate, "build_backend", lambda config: oracle_for(config.model_copy(update=sizes)))
     result = _json_out(capsys, ["evaluate", "--sample", "3", "--class-loss-margin", "0"], tmp_path)
     prompts = result["settings"][0]["prompts"]
     assert len(prompts) == 3 and all(0 <= p["accuracy"] <= 1 for p in prompts)

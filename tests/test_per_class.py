@@ -13,7 +13,7 @@ import pytest
 import prompttune
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
-from prompttune.engine import comparison, evaluation
+from prompttune.engine import comparison, evaluate
 from prompttune.engine.comparison import run_compare
 from prompttune.engine.study import run_study, run_versions
 from prompttune.results.arms import load_arm_run
@@ -120,7 +120,7 @@ def test_the_margin_reaches_evaluate_and_compare_from_the_command_line(tmp_path:
     summary = json.loads(next((tmp_path / "runs").glob("*-compare/summary.json")).read_text())
     assert summary["class_loss_margin"] == 0.9 and summary["arms"][0]["runs"][0]["per_class"]["losses"] == []
     (tmp_path / "prompts.yaml").write_text('- "Item: {text}\\nAnswer:"\n- "Item: {text}\\nLabel:"\n')
-    monkeypatch.setattr(evaluation, "build_backend",
+    monkeypatch.setattr(evaluate, "build_backend",
                         lambda config: oracle_for(oracle_config(tmp_path, test_size=150), red_collapses))
     assert main(["evaluate", "--task", task, "--prompts", str(tmp_path / "prompts.yaml"), "--train-size", "60",
                  "--dev-size", "60", "--test-size", "150", "--class-loss-margin", "0.9",

@@ -22,7 +22,7 @@ from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
 from prompttune.core.storage import JsonlStorage
-from prompttune.engine import comparison, run_record
+from prompttune.engine import comparison, record_step
 from prompttune.engine.comparison import resume_compare, run_compare
 from prompttune.engine.study import resume_study, run_study
 from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
@@ -223,15 +223,15 @@ def test_a_run_stopped_while_its_report_is_written_resumes_to_its_recorded_final
     config = oracle_config(tmp_path / "whole", optimizer="sh")
     whole = run_study(config, backend=oracle_for(config))
     assert whole.verdict.confirmed is not None  # a confirmed prompt: what a resume at α − α = 0 replaced
-    write = getattr(run_record, writing)
-    monkeypatch.setattr(run_record, writing, lambda *args: signal.raise_signal(signal.SIGTERM))
+    write = getattr(record_step, writing)
+    monkeypatch.setattr(record_step, writing, lambda *args: signal.raise_signal(signal.SIGTERM))
     stopped = oracle_config(tmp_path / "stopped", optimizer="sh")
     with pytest.raises(RunInterrupted, match="stopped at once by SIGTERM"):
         run_study(stopped, backend=oracle_for(stopped), handle_signals=True)
     run_dir = next(path for path in Path(stopped.runs_dir).iterdir() if path.is_dir())
     assert run_status(run_dir) == "interrupted"
     assert [look["kind"] for look in lines(Path(stopped.runs_dir) / REGISTRY)] == ["final"]
-    monkeypatch.setattr(run_record, writing, write)
+    monkeypatch.setattr(record_step, writing, write)
     resumed = resume_study(run_dir, backend=oracle_for(config))
     _assert_same_result(run_dir, resumed, whole)
     assert resumed.verdict.alpha == config.alpha and resumed.verdict.shipped.id == whole.verdict.shipped.id

@@ -13,7 +13,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.engine import comparison, evaluation, study
+from prompttune.engine import comparison, evaluate, study
 from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.setup import load_run_task
 from prompttune.engine.study import run_study
@@ -221,7 +221,7 @@ def test_compare_and_evaluate_state_the_contract(capsys, tmp_path: Path, monkeyp
         assert not any(_offsets(t.get("spec", {})) for t in _trials(trials.parent))
     (tmp_path / "prompts.yaml").write_text("- 'Item: {text}\nColour:'\n- 'Item: {text}\nLabel:'\n")
     # evaluate builds its model from the shared settings, without split sizes: the oracle over the same draw.
-    monkeypatch.setattr(evaluation, "build_backend", lambda _: generating_oracle(oracle_config(tmp_path)))
+    monkeypatch.setattr(evaluate, "build_backend", lambda _: generating_oracle(oracle_config(tmp_path)))
     capsys.readouterr()
     assert main(["evaluate", "--task", str(task), "--prompts", str(tmp_path / "prompts.yaml"), "--serve", "generate",
                  "--train-size", "60", "--dev-size", "60", "--test-size", "90", "--runs-dir",
