@@ -157,6 +157,7 @@ def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = (
     ([('random', 0.9), ('sh', 0.9)], True)
     """
     data, fields = _task_settings(task, settings)
-    config = RunConfig(budget=budget, **{"check_generation": 0, **fields})  # compare checks generation if asked
+    check_generation = fields.pop("check_generation", 0)  # compare checks generation only when asked
+    config = RunConfig(budget=budget, **fields)
     return run_compare(config, list(optimizers), list(range(config.seed, config.seed + seeds)), options or {},
-                       backend=backend, mode=mode, progress=progress, data=data)
+                       backend=backend, mode=mode, progress=progress, data=data, check_generation=check_generation)

@@ -243,6 +243,7 @@ CASES = [
     Case("compare unknown executor", compare("--jobs", "2", "--executor", "dask"),
          "--executor expects process, ray or ray:ADDRESS, got 'dask'"),
     Case("compare native demos in same-space mode", compare("--native-demos", "4"), "it needs --mode native"),
+    Case("compare negative generation check", compare("--check-generation", "-1"), "--check-generation -1: the test"),
     Case("compare option without optimizer", compare("--option", "eta=3"), "OPTIMIZER.KEY=VALUE"),
     Case("compare option of an arm not compared", compare("--option", "sh.eta=3"), "not compared: sh"),
     Case("compare option value not YAML", compare("--optimizers", "sh", "--option", "sh.eta=a: b: c"),

@@ -104,16 +104,17 @@ def _compare(args: argparse.Namespace) -> int:
         options = _with_variants(parse_options(args.option), variants)
         if not arms:
             raise UserError("--optimizers names no optimizer")
-        config = run_config(args, class_loss_margin=args.class_loss_margin, check_generation=args.check_generation)
+        config = run_config(args, class_loss_margin=args.class_loss_margin)
         seeds = list(range(args.seed, args.seed + args.seeds))
         if args.dry_run:
             print("\n".join(plan_compare(config, arms, seeds, options, mode=args.mode,
                                           match=args.match, native_demos=args.native_demos,
-                                          jobs=args.jobs, executor=args.executor).lines()))
+                                          jobs=args.jobs, executor=args.executor,
+                                          check_generation=args.check_generation).lines()))
             return 0
         result = run_compare(config, arms, seeds, options, mode=args.mode, match=args.match,
                              allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
-                             executor=args.executor, progress=True)
+                             executor=args.executor, check_generation=args.check_generation, progress=True)
     failed = [check.claim for check in result.checks if check.status == "failed"]
     if args.json:
         print_json(comparison_json(result))

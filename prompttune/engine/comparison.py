@@ -98,20 +98,23 @@ def _equal_spend(benches: dict[int, Bench], runs: list[ArmRun], cap: Cap) -> Equ
 
 def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                   mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
-                  jobs: int = 1, data: Task | None = None,
-                  executor: str = "process") -> tuple[RunConfig, dict[int, Draw]]:
+                  jobs: int = 1, data: Task | None = None, executor: str = "process",
+                  check_generation: int = 0) -> tuple[RunConfig, dict[int, Draw]]:
     """Everything a comparison checks before any model loads, so that bad input is one line before
     anything is spent (`run_compare` and `compare --dry-run` alike): the config it runs (with
-    `native_demos`) and each seed's draw."""
+    `native_demos` and `check_generation`) and each seed's draw."""
     make_executor(executor, jobs)  # a bad --jobs or --executor, or Ray missing, is one line before any spend
     if match == "tokens" and config.budget_tokens is None:
         raise UserError("--match tokens needs --budget-tokens: the token cap every arm is matched on")
     if native_demos and mode != "native":
         raise UserError("--native-demos adds demos to the space for a tool comparison: it needs --mode native")
+    if check_generation < 0:
+        raise UserError(f"--check-generation {check_generation}: the test examples served by generation, 0 or more")
     # One contract for every arm (the task file's where the config sets none); `check_generation` (0 unless asked
     # for: `compare --check-generation N`) has each arm-seed's shipped prompt served by generation, descriptively.
     serve = run_contract(config, data if data is not None else load_run_task(config))[0]
-    config = config.model_copy(update={"native_demos": native_demos, "serve": serve})
+    config = config.model_copy(update={"native_demos": native_demos, "serve": serve,
+                                       "check_generation": check_generation})
     check_arms(arms, options, config)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
@@ -150,7 +153,7 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls",
                 resume_dir: Path | None = None, progress: bool = False, allow_underspend: bool = False,
                 native_demos: int = 0, jobs: int = 1, backend_factory: BackendFactory | None = None,
-                data: Task | None = None, executor: str = "process") -> CompareResult:
+                data: Task | None = None, executor: str = "process", check_generation: int = 0) -> CompareResult:
     """Every arm × seed, each seed on its own data draw (`split_seeds`) shared by all its arms.
     `mode` says what each arm may search of the one space (`prompttune.comparing.coverage`). `match`:
     the budget every arm gets and the checks compare — search calls (`config.budget`), or search
@@ -168,13 +171,15 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     with `jobs` 1 the arms run in this process) or `ray[:ADDRESS]` (Ray tasks, even with `jobs` 1: a local Ray,
     or the cluster at ADDRESS or RAY_ADDRESS, which must see the run directory at the same path; see
     `prompttune.engine.ray_executor`). `data`: an in-memory task in place of the one `config`
-    names; each seed draws its splits (of the same sizes) from all its examples."""
+    names; each seed draws its splits (of the same sizes) from all its examples. `check_generation` N > 0 serves each
+    arm-seed's shipped prompt and the baseline by generation on N test examples after its verdict (descriptive)."""
     started = time.time()
     console = console or Console(stderr=True, quiet=not progress)
     in_workers = jobs > 1 or executor != "process"
     if in_workers and backend is not None and backend_factory is None:
         raise UserError("--jobs > 1 or --executor ray gives every worker its own model: pass backend_factory, not a backend")
-    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor)
+    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor,
+                                  check_generation)
     first = draws[seeds[0]]
     with open_run(config, backend, build=backend_factory or build_backend, quietly=not progress) as model:
         watch = ModelWatch(model.backend, first.task)
@@ -280,7 +285,7 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
                        mode=saved["mode"], match=saved["match"], resume_dir=run_dir,
                        allow_underspend=saved.get("allow_underspend", False), progress=progress,
                        native_demos=config.native_demos, jobs=jobs, backend_factory=backend_factory, data=data,
-                       executor=executor)
+                       executor=executor, check_generation=config.check_generation)
 
 
 def _same_coverage(config: RunConfig, before: list[str], after: list[str], options: dict[str, dict[str, Any]],

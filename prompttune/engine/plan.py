@@ -192,10 +192,12 @@ class ComparePlan:
 
 def plan_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
                  mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
-                 jobs: int = 1, probe_examples: int = PROBE_EXAMPLES, executor: str = "process") -> ComparePlan:
+                 jobs: int = 1, probe_examples: int = PROBE_EXAMPLES, executor: str = "process",
+                 check_generation: int = 0) -> ComparePlan:
     """Check the comparison as `run_compare` would (`check_compare`), then time the baseline once, on
     `probe_examples` dev examples of the first seed's draw."""
-    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, executor=executor)
+    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, executor=executor,
+                                  check_generation=check_generation)
     first = draws[seeds[0]]
     plans = [ArmPlan(arm, first.coverage[arm].searched, first.coverage[arm].held,
                      strategy_line(arm_config(first.config, arm, options, first.coverage), first.contexts[arm]))
