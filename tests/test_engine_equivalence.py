@@ -13,7 +13,9 @@ the dimensions all arms can search, DSPy arms are sized to spend the cap), so it
 compared here: tests/test_compare.py checks that an arm inside a comparison spends and ships what
 the same run does alone.
 reflect (batch, contextual and no calibration, demos on) and a two-arm compare with a DSPy arm were
-recorded at af01368, before the structural moves of the house, so that those moves cannot change them."""
+recorded at af01368, before the structural moves of the house, so that those moves cannot change them; those
+reflect runs name `parents` 1, the default then. `reflect-default` (its defaults, four parents per reflection
+step) was recorded when `parents` 4 became the default."""
 
 from __future__ import annotations
 
@@ -61,8 +63,10 @@ def test_evaluate_on_the_engine_matches_the_recorded_evaluation(tmp_path: Path) 
     assert [result.ledger.calls, result.ledger.tokens] == GOLDEN["evaluate"]["ledger"]
 
 
-REFLECT_VARIANTS = {"reflect-batch": {"calibration": "batch"}, "reflect-contextual": {"calibration": "contextual"},
-                    "reflect-nocal": {"calibration": "off"}}
+REFLECT_VARIANTS = {"reflect-batch": {"calibration": "batch", "parents": 1},
+                    "reflect-contextual": {"calibration": "contextual", "parents": 1},
+                    "reflect-nocal": {"calibration": "off", "parents": 1},
+                    "reflect-default": {}}
 
 
 def _reflect_outcome(options: dict, tmp_path: Path) -> dict:

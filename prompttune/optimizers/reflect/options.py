@@ -18,7 +18,7 @@ class ReflectOptions(OptimizerOptions):
     finalists: int = Field(2, ge=1, description="best prompts by race score scored on the dev split at the end")
     min_examples: int = Field(20, ge=4, description="smallest race block (at least 4 per class)")
     minibatch: int = Field(16, ge=4, description="train examples a reflection reads the parent's errors on")
-    parents: int = Field(1, ge=1, description="parents a reflection step draws: their minibatches are scored together "
+    parents: int = Field(4, ge=1, description="parents a reflection step draws: their minibatches are scored together "
                          "and their critiques, then their edits, are written in one generate call each (1: one "
                          "parent per step, each drawn after the last child's race)")
     shown_errors: int = Field(3, ge=1, description="errors quoted to the critic per direction")
