@@ -124,8 +124,8 @@ class Moves(Optimizer):
         """(a) For each parent: critique its false positives and false negatives of one class apart, on a train
         minibatch, with the margins; then write an edited instruction. The children, one per parent (None where
         nothing came of it). Several parents (`parents`) are scored on their minibatches together, and their
-        critiques, then their edits, are written in one generate call each: a decoder bound by kernel launches
-        writes a few texts about as fast as one."""
+        critiques, then their edits, are written in one generate call each: vLLM or a pool of servers decodes
+        them together."""
         if not self._writing():
             return [None] * len(parent_keys)
         batches = [self._reflection_batch(key, number) for number, key in enumerate(parent_keys)]
