@@ -5,6 +5,9 @@ logs to their recorded digests), and the run records how work reached the model.
 from __future__ import annotations
 
 import json
+import shutil
+import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -121,3 +124,53 @@ def test_reflect_with_several_parents_writes_their_critiques_and_edits_in_one_ge
         else:
             assert max(sizes) == 3 and backend.generate_batches < written
             assert race.made["reflect"] > 0
+
+
+def test_a_set_decoded_together_is_asked_whole_when_any_member_is_missing() -> None:
+    """A cached member of a together-set is decoded again beside the others (its cached text stays what `run`
+    gets), so the missing members see the batch they saw in the run that cached the first."""
+    for together, asked in ((False, ["ask a", "ask c"]), (True, ["ask a", "ask b", "ask c"])):
+        calls: list[list[str]] = []
+        cache = ResultCache()
+        cache.put_many([("b", {"text": "cached b", "prompt_tokens": 1, "completion_tokens": 1})])
+        meter = Meter(cache, BudgetLedger(cap_calls=10))
+        meter.prefetch([([key], [f"ask {key}"]) for key in "abc"],
+                       lambda requests: (calls.append(requests), [{"text": r} for r in requests])[1], together)
+        assert calls == [asked] and sorted(meter.ahead) == ["a", "c"]
+
+
+class BatchMarking(CallCounter):
+    """Each generated text says how many requests of its group shared its call: a decoder whose texts
+    depend on the batch, as a batched transformers decode may."""
+
+    def generate(self, requests):
+        results = super().generate(requests)
+        return [replace(result, text=f"{result.text} ({sum(r.group == request.group for r in requests)} "
+                                     "in its batch)") for request, result in zip(requests, results)]
+
+
+def _reflect_together(tmp_path: Path, cache: Path, together: bool) -> tuple[list[dict], list[str]]:
+    problem = OracleProblem.colours()
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                              backend=BatchMarking(problem.backend), cache=str(cache), runs_dir=str(tmp_path),
+                              options={"parents": 3, "decode_together": together}, check_generation=0)
+    ledger = {k: v for k, v in run.search_ledger.summary().items() if k != "calls_by_kind"}  # hits named apart
+    return [*run.trials.load(), ledger, run.verdict.summary()], run.strategy.optimizer.critiques
+
+
+def test_reflect_decoding_together_batches_a_step_and_a_run_from_a_partial_cache_writes_the_same(
+        tmp_path: Path) -> None:
+    """`decode_together`: a step's critiques share one batch; a run whose cache lost some of them (a resumed
+    one) decodes the same sets again and gets the uninterrupted run's texts, trials and charges."""
+    alone_log, alone_critiques = _reflect_together(tmp_path / "alone", tmp_path / "alone.sqlite", together=False)
+    full, critiques = _reflect_together(tmp_path / "full", tmp_path / "full.sqlite", together=True)
+    assert any("(3 in its batch)" in c for c in critiques)
+    assert not any("(3 in its batch)" in c for c in alone_critiques) and alone_log != full
+    partial = tmp_path / "partial.sqlite"
+    shutil.copy(tmp_path / "full.sqlite", partial)
+    with sqlite3.connect(partial) as db:
+        texts = [key for key, value in db.execute("SELECT key, value FROM results") if '"text"' in value]
+        db.executemany("DELETE FROM results WHERE key = ?", [(key,) for key in texts[::2]])
+    assert len(texts) > 4
+    again, _ = _reflect_together(tmp_path / "again", partial, together=True)
+    assert again == full

@@ -33,14 +33,17 @@ class Proposer:
         text = self.backend.to_text(Prompt(messages=(("user", request),)))
         return self.complete(text, max_new_tokens or self.max_new_tokens, temperature, seed)
 
-    def prefetch(self, requests: Sequence[str]) -> None:
+    def prefetch(self, requests: Sequence[str], together: bool = False) -> None:
         """Have the model write greedy answers to several `requests` in one generate call before they are
-        asked (`Meter.prefetch`), each decoded as if alone (its own `group`: texts must not move), so a pool
-        of servers answers them at once; each is still charged and cached when `__call__` asks for it."""
+        asked (`Meter.prefetch`), so a pool of servers answers them at once; each is still charged and cached
+        when `__call__` asks for it. Each is decoded as if alone (its own `group`: its text does not depend
+        on the others), or with `together` in one batch: faster on a backend that decodes one group at a
+        time (transformers), with texts that depend on the set, which is then always decoded whole."""
         texts = [self.backend.to_text(Prompt(messages=(("user", request),))) for request in requests]
         keys = [cache_key(self.backend.model_id, "propose", self.max_new_tokens, 0.0, 0, text) for text in texts]
-        self.meter.prefetch([([key], [GenerateRequest(text, self.max_new_tokens, group=group)])  # decoded as if alone
-                             for group, (key, text) in enumerate(zip(keys, texts))], partial(generate_values, self.backend))
+        self.meter.prefetch([([key], [GenerateRequest(text, self.max_new_tokens, group=0 if together else group)])
+                             for group, (key, text) in enumerate(zip(keys, texts))],
+                            partial(generate_values, self.backend), together=together)
 
     def complete(self, text: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> str:
         """The continuation of the final prompt text `text`: greedy, or a sample at `temperature`

@@ -105,17 +105,22 @@ class Meter:
             self.use.add(requests, time.perf_counter() - start)
 
     def prefetch(self, queries: Sequence[tuple[Sequence[str], Sequence[Request]]],
-                 compute: Callable[[list[Request]], list[Value]]) -> None:
+                 compute: Callable[[list[Request]], list[Value]], together: bool = False) -> None:
         """Answer in one backend call the requests of `queries` (each one request as `run` will be asked it:
         its keys and requests) that neither the cache nor an earlier prefetch holds. Only whole queries the
         call cap still pays for are fetched, in order, so the model never answers what no one pays for; with
         a token cap nothing is (each bound would be counted twice). Nothing is charged or cached here. An
         outage keeps what was answered, and the first request `run` then asks beyond those stops on it,
-        without waiting for the servers a second time: what that request got is booked as an outage books it."""
+        without waiting for the servers a second time: what that request got is booked as an outage books it.
+
+        `together`: the requests are decoded as one set whose members' answers depend on each other (one
+        batch), so if any paid one is missing every paid one is asked again, and a run resumed from a cache
+        that holds some of them gets the uninterrupted run's answers."""
         if self.ledger.cap_tokens is not None:
             return
         left = self.ledger.remaining_calls()
         todo: dict[str, Request] = {}
+        paid: dict[str, Request] = {}
         for keys, requests in queries:
             found = self.cache.get_many(list(dict.fromkeys(keys)))
             if left is not None:  # what `run` will charge: each miss, and each hit another run paid for
@@ -123,8 +128,12 @@ class Meter:
                 if left < 0:
                     break
             for key, request in zip(keys, requests):
+                paid.setdefault(key, request)
                 if key not in found and key not in self.ahead:
                     todo.setdefault(key, request)
+        missing = set(todo)
+        if together and todo:
+            todo = paid  # the whole set, so each member is decoded beside the same others
         if len(todo) < 2:  # one request gains nothing from being asked early
             return
         pending = list(todo.items())
@@ -133,7 +142,8 @@ class Meter:
         except BackendUnavailable as exc:
             values = [result_value(exc.completed[j]) if j in exc.completed else None for j in range(len(pending))]
             exc.completed, self.outage = {}, exc
-        self.ahead.update((key, value) for (key, _), value in zip(pending, values) if value is not None)
+        self.ahead.update((key, value) for (key, _), value in zip(pending, values)
+                          if value is not None and key in missing)
 
     def _answers(self, keys: Sequence[str], requests: list[Request],
                  compute: Callable[[list[Request]], list[Value]]) -> list[Value]:

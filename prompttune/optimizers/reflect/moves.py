@@ -137,14 +137,14 @@ class Moves(Optimizer):
         asks = [self._critique_ask(key, batch) for key, batch in zip(parent_keys, batches)]
         live = [ask for ask in asks if ask is not None]
         if len(live) > 1:
-            self.proposer.prefetch([ask.request for ask in live])
+            self.proposer.prefetch([ask.request for ask in live], self.options.decode_together)
         edits = []
         for ask in live:
             feedback = self.proposer.critique(ask.request, ask.instruction, ask.spec.label_words)
             self.critiques.append(f"{ask.direction}: {feedback}")
             edits.append(edit_request(ask.instruction, feedback, sorted(self.written)[-3:], ask.spec.label_words))
         if len(edits) > 1:
-            self.proposer.prefetch(edits)
+            self.proposer.prefetch(edits, self.options.decode_together)
         children: dict[int, Genome | None] = {}
         for ask, edit in zip(live, edits):
             reply = self.proposer(edit)

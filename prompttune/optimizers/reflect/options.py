@@ -21,6 +21,9 @@ class ReflectOptions(OptimizerOptions):
     parents: int = Field(4, ge=1, description="parents a reflection step draws: their minibatches are scored together "
                          "and their critiques, then their edits, are written in one generate call each (1: one "
                          "parent per step, each drawn after the last child's race)")
+    decode_together: bool = Field(False, description="with several parents, decode a step's critiques, then its "
+                                  "edits, in one batch: faster where the backend decodes one request group at a "
+                                  "time (transformers); each text then depends on the step's set (off: each alone)")
     shown_errors: int = Field(3, ge=1, description="errors quoted to the critic per direction")
     patience: int = Field(4, ge=1, description="rejected children before the race block grows")
     write_instructions: bool = Field(True, description="reflect, merge and sample write instructions (off: the "
