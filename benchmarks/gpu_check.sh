@@ -14,11 +14,12 @@
 #                                          parts, checks the sha256, installs the wheels, then runs the
 #                                          steps below, each under its own timeout, logs into $OUT
 #
-# Steps of `check` (limits in seconds, GPU_CHECK_LIMITS overrides them all as "a1 a2 a3 b c d"):
+# Steps of `check` (limits in seconds, GPU_CHECK_LIMITS overrides them all as "a1 a2 a3 b t c d"):
 #   a  throughput.py on the device: fp32 and bf16 label scoring (0/4/8-demo, full path and prefix
 #      reuse, the reuse-vs-full log-prob difference) at batch 128, then greedy generation
 #   b  dtype_probe.py: which dtype the weights really have, where a forward's time goes, and which
 #      dtype / attention / reuse path is fastest within 1e-2 nats of fp32
+#   t  decode_together.py: reflect's four critiques decoded alone (one after another) and in one batch
 #   c  make optimize's job on the device: optimize --task agnews --budget 2000
 #   d  the main job: optimize --task agnews --budget 40000 (stopped at its limit: the calls done so far)
 #   e  gpu_check_summary.py: which steps finished or were cut, and c's and d's calls/s as a fraction of
@@ -195,12 +196,12 @@ check() {
   mkdir -p "$OUT"
   setup >"$OUT/setup.log" 2>&1 || { summarize; cat "$OUT/setup.log"; exit 1; }
   export PYTHONPATH PYTHONUNBUFFERED HF_HUB_OFFLINE TQDM_DISABLE PROMPTTUNE_DATA_DIR PROMPTTUNE_CACHE_DIR
-  local n=1024 gen_n=32 gen_tokens=16 rows=128 probe_n=512 c_budget=2000 d_budget=40000 sizes=()
-  local limits=(40 50 25 55 95 170)
+  local n=1024 gen_n=32 gen_tokens=16 rows=128 probe_n=512 c_budget=2000 d_budget=40000 repeats=3 sizes=()
+  local limits=(40 50 25 55 40 95 140)
   if [[ $DEVICE == cpu ]]; then  # dry run: tiny sizes, and d cut on purpose to exercise partial progress
-    n=4 gen_n=2 gen_tokens=4 rows=4 probe_n=4 c_budget=100 d_budget=100000
+    n=4 gen_n=2 gen_tokens=4 rows=4 probe_n=4 c_budget=100 d_budget=100000 repeats=1
     sizes=(--train-size 40 --dev-size 20 --test-size 20)
-    limits=(150 150 150 400 300 150)
+    limits=(150 150 150 400 300 300 150)
   fi
   [[ -n ${GPU_CHECK_LIMITS:-} ]] && read -r -a limits <<<"$GPU_CHECK_LIMITS"
   local tp=(benchmarks/throughput.py --device "$DEVICE" --model "$MODEL" --n "$n" --batch-sizes "$rows")
@@ -210,10 +211,12 @@ check() {
     --gen-tokens "$gen_tokens"
   step b_dtype_probe "${limits[3]}" "$PY" benchmarks/dtype_probe.py --device "$DEVICE" --model "$MODEL" \
     --n "$probe_n" --batch-size "$rows"
+  step t_decode_together "${limits[4]}" "$PY" benchmarks/decode_together.py --device "$DEVICE" \
+    --model "$MODEL" --repeats "$repeats"
   local opt=(-m prompttune optimize --task agnews --device "$DEVICE" --model "$MODEL" --batch-size "$BATCH"
              "${sizes[@]}")
-  step c_optimize_2k "${limits[4]}" "$PY" "${opt[@]}" --budget "$c_budget" --runs-dir "$WORK/runs/c"
-  step d_optimize_40k "${limits[5]}" "$PY" "${opt[@]}" --budget "$d_budget" --runs-dir "$WORK/runs/d"
+  step c_optimize_2k "${limits[5]}" "$PY" "${opt[@]}" --budget "$c_budget" --runs-dir "$WORK/runs/c"
+  step d_optimize_40k "${limits[6]}" "$PY" "${opt[@]}" --budget "$d_budget" --runs-dir "$WORK/runs/d"
   # The two runs' logs (not their caches or HTML) as one file: $OUT brings back at most 8.
   tar -czf "$OUT/runs.tar.gz" -C "$WORK/runs" --exclude='cache.sqlite*' --exclude='*.html' --exclude='*.png' .
   cat "$OUT/summary.txt"
