@@ -161,7 +161,8 @@ def _reflect_together(tmp_path: Path, cache: Path, together: bool) -> tuple[list
 def test_reflect_decoding_together_batches_a_step_and_a_run_from_a_partial_cache_writes_the_same(
         tmp_path: Path) -> None:
     """`decode_together`: a step's critiques share one batch; a run whose cache lost some of them (a resumed
-    one) decodes the same sets again and gets the uninterrupted run's texts, trials and charges."""
+    one) decodes the same sets again and gets the uninterrupted run's texts, trials and charges; and a run that
+    decodes alone never takes a text decoded together from a shared cache (they are keyed apart)."""
     alone_log, alone_critiques = _reflect_together(tmp_path / "alone", tmp_path / "alone.sqlite", together=False)
     full, critiques = _reflect_together(tmp_path / "full", tmp_path / "full.sqlite", together=True)
     assert any("(3 in its batch)" in c for c in critiques)
@@ -174,3 +175,5 @@ def test_reflect_decoding_together_batches_a_step_and_a_run_from_a_partial_cache
     assert len(texts) > 4
     again, _ = _reflect_together(tmp_path / "again", partial, together=True)
     assert again == full
+    shared, shared_critiques = _reflect_together(tmp_path / "shared", tmp_path / "full.sqlite", together=False)
+    assert shared == alone_log and shared_critiques == alone_critiques

@@ -26,6 +26,7 @@ class Proposer:
         self.backend, self.meter, self.max_new_tokens = backend, meter, max_new_tokens
         self.on_unusable_critique = on_unusable_critique
         self.unusable_critiques = 0
+        self.decoded_with: dict[str, str] = {}  # text prefetched together -> digest of its set, till asked
 
     def __call__(self, request: str, max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int = 0) -> str:
@@ -40,7 +41,9 @@ class Proposer:
         on the others), or with `together` in one batch: faster on a backend that decodes one group at a
         time (transformers), with texts that depend on the set, which is then always decoded whole."""
         texts = [self.backend.to_text(Prompt(messages=(("user", request),))) for request in requests]
-        keys = [cache_key(self.backend.model_id, "propose", self.max_new_tokens, 0.0, 0, text) for text in texts]
+        if together:  # its texts depend on the set: keyed with it, never taken for (or from) a text decoded alone
+            self.decoded_with.update(dict.fromkeys(texts, cache_key(*texts)))
+        keys = [self._key(text, self.max_new_tokens, 0.0, 0, self.decoded_with.get(text)) for text in texts]
         self.meter.prefetch([([key], [GenerateRequest(text, self.max_new_tokens, group=0 if together else group)])
                              for group, (key, text) in enumerate(zip(keys, texts))],
                             partial(generate_values, self.backend), together=together)
@@ -48,11 +51,15 @@ class Proposer:
     def complete(self, text: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0) -> str:
         """The continuation of the final prompt text `text`: greedy, or a sample at `temperature`
         drawn with `seed` (one text per (text, temperature, seed), so the cache may key on them)."""
-        key = cache_key(self.backend.model_id, "propose", max_new_tokens, temperature, seed, text)
+        key = self._key(text, max_new_tokens, temperature, seed, self.decoded_with.pop(text, None))
         request = GenerateRequest(text, max_new_tokens, temperature=temperature, seed=seed)
         [value], _ = self.meter.run([key], "propose", [request], self.backend.token_bounds,
                                     partial(generate_values, self.backend))
         return value["text"]
+
+    def _key(self, text: str, max_new_tokens: int, temperature: float, seed: int, together: str | None) -> str:
+        return cache_key(self.backend.model_id, "propose", max_new_tokens, temperature, seed, text,
+                         *([together] if together else []))
 
     def critique(self, request: str, instruction: str, label_words: Sequence[str]) -> str:
         """The critic's answer to `request` about `instruction`, on one line (as reports show it)."""
