@@ -12,7 +12,10 @@ accuracies and writes scripted instructions), wrapped so every backend call is l
     `--dtype auto` picks on CUDA, the real embedded weights), on a virtual clock: a scoring call adds
     `per_call + per_row x rows`, a generating call `per_generation` per call ("free" batching: a launch-bound
     decode costs about the same at batch 1 and batch 8) or per row ("linear": no gain from batching) — batched
-    generation was not measured on the H200, so both bounds are printed. Nothing sleeps, so the figures are
+    generation was not measured on the H200, so both bounds are printed. Each bound is a backend of its own, and
+    the search is run on each: "free" is one that decodes a call's texts together (vLLM, a pool of servers),
+    "linear" one that decodes them one after another (the transformers backend), and reflect's `parents`
+    default follows that (4 and 1). Nothing sleeps, so the figures are
     exact and a 40k job takes seconds; the engine's own CPU seconds on this machine are added. `per_row` is
     the check's fp32 0-demo scoring rate with prefix reuse (1,577.8 prompts/s at batch 128); `per_call` is
     fitted so that the 40k job's 168 scoring calls over 26,258 rows take its measured 40.1 s; `per_generation`
@@ -86,9 +89,11 @@ class Call:
 
 @dataclass
 class CallLog(WrappedBackend):
-    """The oracle, with each backend call logged and the real seconds spent inside it counted apart."""
+    """The oracle, with each backend call logged and the real seconds spent inside it counted apart; `together`
+    says whether it stands for a backend that decodes a call's texts together."""
 
     inner: SyntheticOracleBackend
+    together: bool = True
     calls: list[Call] = field(default_factory=list)
     inside: float = 0.0
     rows: int = 0
@@ -97,6 +102,10 @@ class CallLog(WrappedBackend):
 
     def __post_init__(self) -> None:
         self.model_id = self.inner.model_id
+
+    @property
+    def decodes_together(self) -> bool:
+        return self.together
 
     def _log(self, kind: str, requests: Sequence[Request]) -> None:
         self.calls.append(Call(kind, len(requests)))
@@ -145,13 +154,15 @@ def agnews_oracle(config: RunConfig) -> SyntheticOracleBackend:
     return oracle
 
 
-def run(arm: str, budget: int, profile: cProfile.Profile | None = None) -> tuple[CallLog, float, RunResult]:
+def run(arm: str, budget: int, together: bool, profile: cProfile.Profile | None = None
+        ) -> tuple[CallLog, float, RunResult]:
     """One optimize run on the logged oracle (`arm`: an optimizer, optionally with `:KEY=VALUE` options, e.g.
-    `reflect:parents=4`): the log, the wall seconds, the run."""
+    `reflect:parents=4`), standing for a backend that decodes a call's texts `together` or not: the log, the
+    wall seconds, the run."""
     optimizer, *settings = arm.split(":")
     options = dict(setting.split("=", 1) for setting in settings)
     config = RunConfig(task="agnews", optimizer=optimizer, budget=budget)
-    backend = CallLog(agnews_oracle(config))
+    backend = CallLog(agnews_oracle(config), together)
     backend.started = time.process_time()
     wall = time.perf_counter()
     if profile:
@@ -186,38 +197,39 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=40000)
     parser.add_argument("--profile", type=int, default=15, help="profile lines to print per optimizer (0: none)")
     args = parser.parse_args()
-    bounds = [LatencyModel("free"), LatencyModel("linear")]
+    bounds = {True: LatencyModel("free"), False: LatencyModel("linear")}  # by whether texts are decoded together
     print(f"(b) latency model: {SCORE_PER_CALL * 1e3:.1f} ms per scoring call + {SCORE_PER_ROW * 1e3:.3f} ms per "
-          f"scored row; {GENERATION_PER_CALL * 1e3:.0f} ms per generating call (free) or per generated prompt "
-          f"(linear)")
-    check, _, _ = run("reflect", 2000)
+          f"scored row; {GENERATION_PER_CALL * 1e3:.0f} ms per generating call (free: a backend that decodes a "
+          "call's texts together) or per generated prompt (linear: one that decodes them one after another)")
+    check, _, _ = run("reflect", 2000, together=False)  # as the H200 check ran it: the transformers backend
     measured = H200_2000
-    print(f"    out-of-sample check, reflect at budget 2000 (make optimize's job): {len(check.calls)} backend calls; "
-          + "; ".join(projection(check, model) for model in bounds)
+    print(f"    out-of-sample check, reflect at budget 2000 (make optimize's job) as the transformers backend runs "
+          f"it: {len(check.calls)} backend calls; " + "; ".join(projection(check, model) for model in bounds.values())
           + f" — measured on the H200: {measured['calls']} calls, scoring {measured['scoring']} s, generation "
           f"{measured['generation']} s, engine {measured['engine']} s")
     for optimizer in args.optimizers.split(","):
-        log, wall, result = run(optimizer, args.budget)
-        calls = result.search_ledger.calls
-        engine = log.engine
-        print(f"== {optimizer}, budget {args.budget}, agnews default space: {calls} search calls, "
-              f"{log.rows} rows computed in {len(log.calls)} backend calls")
-        print(result.outcome.notes[0])
-        print(f"(a) instant backend: {calls / engine:,.0f} engine calls/s ({engine:.2f} CPU s outside the backend); "
-              f"{calls / (engine + log.inside):,.0f} calls/s with the oracle's own {log.inside:.2f} CPU s; wall "
-              f"{wall:.1f} s (shared cores)")
-        if args.profile:  # a second run, so the profiler's own cost stays out of the figures above
-            profile = cProfile.Profile()
-            run(optimizer, args.budget, profile)
-            out = io.StringIO()
-            pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.profile)
-            print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
-        whole = modelled(log, bounds[0])
-        print("(b) projected on one H200, the whole job (search and verdict, model load excluded): "
-              + "; ".join(projection(log, model) for model in bounds))
-        print(f"    {whole['rows'] / whole['calls']:.1f} rows per backend call ({whole['calls']} calls, "
-              f"{whole['generate_calls']} of them generating {whole['generated_rows']} prompts)")
-
+        for together, model in bounds.items():
+            log, wall, result = run(optimizer, args.budget, together)
+            calls = result.search_ledger.calls
+            engine = log.engine
+            kind = "decodes a call's texts together" if together else "decodes them one after another"
+            print(f"== {optimizer}, budget {args.budget}, agnews default space, on a backend that {kind}: {calls} "
+                  f"search calls, {log.rows} rows computed in {len(log.calls)} backend calls")
+            print(result.outcome.notes[0])
+            print(f"(a) instant backend: {calls / engine:,.0f} engine calls/s ({engine:.2f} CPU s outside the "
+                  f"backend); {calls / (engine + log.inside):,.0f} calls/s with the oracle's own {log.inside:.2f} "
+                  f"CPU s; wall {wall:.1f} s (shared cores)")
+            if args.profile and together:  # a second run, so the profiler's own cost stays out of the figures above
+                profile = cProfile.Profile()
+                run(optimizer, args.budget, together, profile)
+                out = io.StringIO()
+                pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(args.profile)
+                print("\n".join(line for line in out.getvalue().splitlines()[4:] if line.strip()))
+            whole = modelled(log, model)
+            print(f"(b) projected on one H200, the whole job (search and verdict, model load excluded): "
+                  f"{projection(log, model)}")
+            print(f"    {whole['rows'] / whole['calls']:.1f} rows per backend call ({whole['calls']} calls, "
+                  f"{whole['generate_calls']} of them generating {whole['generated_rows']} prompts)")
 
 if __name__ == "__main__":
     main()

@@ -126,6 +126,35 @@ def test_reflect_with_several_parents_writes_their_critiques_and_edits_in_one_ge
             assert race.made["reflect"] > 0
 
 
+class DecodesAlone(CallCounter):
+    """Decodes a call's texts one after another, as the transformers backend does."""
+
+    @property
+    def decodes_together(self) -> bool:
+        return False
+
+
+def test_reflect_draws_four_parents_by_default_only_where_a_calls_texts_are_decoded_together() -> None:
+    """Unset, `parents` is 4 where the backend decodes a call's texts together (the oracle says it does, as vLLM
+    and servers do) or with `decode_together`, and 1 where it decodes them one by one: there the default searches
+    exactly as `parents=1` does, trial for trial, and the report says how many parents a step drew."""
+    problem = OracleProblem.colours()
+
+    def search(backend, **options) -> tuple[int, list, str]:
+        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                                  backend=backend, options=options, record=False, check_generation=0)
+        race = run.strategy.optimizer
+        return race.parents, run.trials.load(), race.report_lines()[0]
+
+    alone, alone_trials, alone_said = search(DecodesAlone(problem.backend))
+    assert alone == 1 and "1 parent per reflection step" in alone_said
+    assert search(DecodesAlone(problem.backend), parents=1)[1] == alone_trials
+    together, together_trials, together_said = search(CallCounter(problem.backend))
+    assert together == 4 and "4 parents per reflection step" in together_said
+    assert search(CallCounter(problem.backend), parents=4)[1] == together_trials != alone_trials
+    assert search(DecodesAlone(problem.backend), decode_together=True)[0] == 4
+
+
 def test_a_set_decoded_together_is_asked_whole_when_any_member_is_missing() -> None:
     """A cached member of a together-set is decoded again beside the others (its cached text stays what `run`
     gets), so the missing members see the batch they saw in the run that cached the first."""

@@ -35,6 +35,12 @@ class Backend(ABC):
         """Whether the backend can score label log-probabilities (a server without log-probs only generates)."""
         return True
 
+    @property
+    def decodes_together(self) -> bool:
+        """Whether one `generate` call's texts are decoded at once (vLLM's batches, a server's concurrent
+        requests), so several cost about one's time; False where they are decoded one after another."""
+        return False
+
     def server_counts(self) -> dict[str, dict[str, int]]:
         """Per-server counters (requests, retries, failures, quarantines, readmissions) since the
         backend was built, for the run report; empty for a model run in process."""
@@ -88,6 +94,10 @@ class WrappedBackend(Backend):
 
     def to_text(self, prompt: Prompt) -> str:
         return self.inner.to_text(prompt)
+
+    @property
+    def decodes_together(self) -> bool:
+        return self.inner.decodes_together
 
     def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
         return self.inner.count_tokens(texts, continuation)

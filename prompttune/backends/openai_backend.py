@@ -339,6 +339,11 @@ class OpenAIBackend(Backend):
         raise ServerError(f"the server gave no next-token log-probs after {text[-40:]!r} (the likeliest "
                           "next token ends the text): use --scoring generate")
 
+    @property
+    def decodes_together(self) -> bool:
+        """A call's requests are sent at once: a server batches concurrent requests (vLLM, llama.cpp's slots)."""
+        return self.http.pool.concurrency * len(self.http.clients) > 1
+
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         one = self._generate_chat if self.api == "chat" else self._generate_one
         return self.http.gather([one(r) for r in requests])

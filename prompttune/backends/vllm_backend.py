@@ -73,6 +73,10 @@ class VLLMBackend(TokenizerBackend):
                             len(prompts[i]), sum(len(ids) for ids in ids_per_label))
                 for i, ids_per_label in enumerate(labels)]
 
+    @property
+    def decodes_together(self) -> bool:
+        return True  # one `llm.generate` over the call's prompts
+
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]
         params = [self._vllm.SamplingParams(max_tokens=r.max_new_tokens, temperature=r.temperature,

@@ -103,6 +103,10 @@ class SyntheticOracleBackend(Backend):
         """Exact, in the oracle's own units: a prompt costs its words, a label continuation one token."""
         return [1 if continuation else len(text.split()) for text in texts]
 
+    @property
+    def decodes_together(self) -> bool:
+        return True  # its texts are scripted: several cost what one does
+
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         results = []
         for r in requests:

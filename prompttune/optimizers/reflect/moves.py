@@ -44,6 +44,8 @@ class CritiqueAsk:
 class Moves(Optimizer):
     """Children of pool parents, one move at a time, and the candidates genomes stand for."""
 
+    parents: int  # parents a reflection step draws, `parents` resolved by the strategy
+
     def _move(self) -> str:
         """The next move, drawn in proportion to its children's success so far ((entered + 1) /
         (made + 2)): on a model whose reflections do not help, grammar moves and merges take over."""
@@ -157,7 +159,7 @@ class Moves(Optimizer):
         """The train minibatch the `number`th parent of this step reads its errors on (never its own demos)."""
         demos = set(self.candidates[parent_key].spec.demo_ids)
         pool = [i for i in self.context.train_ids if i not in demos]
-        return rotating_minibatch(pool, self.steps * self.options.parents + number, self.options.minibatch)
+        return rotating_minibatch(pool, self.steps * self.parents + number, self.options.minibatch)
 
     def _critique_ask(self, parent_key: str, batch: Sequence[str]) -> CritiqueAsk | None:
         """What the critic is asked about the parent's errors on `batch`, one error direction drawn of the two

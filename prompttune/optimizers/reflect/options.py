@@ -18,9 +18,12 @@ class ReflectOptions(OptimizerOptions):
     finalists: int = Field(2, ge=1, description="best prompts by race score scored on the dev split at the end")
     min_examples: int = Field(20, ge=4, description="smallest race block (at least 4 per class)")
     minibatch: int = Field(16, ge=4, description="train examples a reflection reads the parent's errors on")
-    parents: int = Field(4, ge=1, description="parents a reflection step draws: their minibatches are scored together "
-                         "and their critiques, then their edits, are written in one generate call each (1: one "
-                         "parent per step, each drawn after the last child's race)")
+    parents: int | None = Field(None, ge=1, description="parents a reflection step draws: their minibatches are "
+                                "scored together and their critiques, then their edits, are written in one generate "
+                                "call each (1: one parent per step, each drawn after the last child's race). Unset: "
+                                "4 where the backend that writes the texts decodes a call's texts together (vLLM, "
+                                "OpenAI-compatible servers) or with decode_together; else 1 (the transformers "
+                                "backend decodes them one after another, so four parents make a budget slower)")
     decode_together: bool = Field(False, description="with several parents, decode a step's critiques, then its "
                                   "edits, in one batch: faster where the backend decodes one request group at a "
                                   "time (transformers); each text then depends on the step's set (off: each alone)")

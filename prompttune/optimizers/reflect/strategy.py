@@ -54,6 +54,7 @@ from prompttune.search_spaces.space import Candidate
 # In the trial log, what a dimension shows where a move replaced the grid's value (for the fANOVA).
 WRITTEN = "(instruction written by reflect)"
 CHOSEN_DEMOS = "(demos chosen by reflect)"
+SEVERAL_PARENTS = 4  # `parents` where texts are decoded together: its planned comparison (docs/results/tuning_log.md)
 
 
 class ReflectiveRace(Racing, Calibration, Moves):
@@ -104,6 +105,7 @@ class ReflectiveRace(Racing, Calibration, Moves):
         self.written: set[str] = set()
         self.samples = 0  # instructions sampled so far: each sample's seed
         self.moves = MOVES if self.options.sampled > 0 else MOVES[:-1]
+        self.parents = self._parents()
         self.steps = 0
         self.race_scores: dict[tuple[str, int, str], float] = {}  # (candidate, block length, kind): blocks only grow
         self.margin_memo: dict[str, dict[str, float]] = {}  # candidate -> example -> margin: parents are drawn each step
@@ -150,6 +152,15 @@ class ReflectiveRace(Racing, Calibration, Moves):
         yield from self._screen()
         yield from self._evolve()
         yield from self._final()
+
+    def _parents(self) -> int:
+        """`parents` as set, or by what the texts cost: several parents save time only where their critiques are
+        decoded together (the backend that writes them does, or `decode_together`); one after another, four
+        parents make the same budget slower (measured on CPU: docs/results/engine_overhead.md)."""
+        if self.options.parents is not None:
+            return self.options.parents
+        together = self.options.decode_together or self.proposer is None or self.proposer.backend.decodes_together
+        return SEVERAL_PARENTS if together else 1
 
     def _screen(self) -> Iterator[TrialRequest]:
         """Distinct draws on the first block; the best `2 × pool` go on to a block twice as long, and
@@ -206,7 +217,7 @@ class ReflectiveRace(Racing, Calibration, Moves):
             move = self._move()
             if move == "reflect":
                 affordable = free_calls(self.context, self._final_reserve()) // step_cost
-                children = yield from self._reflect([self._parent() for _ in range(min(self.options.parents,
+                children = yield from self._reflect([self._parent() for _ in range(min(self.parents,
                                                                                         affordable))])
             else:
                 children = [(yield from self._child(move, self._parent()))]
@@ -247,7 +258,8 @@ class ReflectiveRace(Racing, Calibration, Moves):
         leader = next(iter(self.ranking()), None)
         chosen = leader is not None and (leader.spec.calibrate or bool(leader.spec.label_bias))
         refit = leader is not None and leader.id in self.refits
-        lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps; children by "
+        lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps, "
+                 f"{self.parents} parent{'s' if self.parents > 1 else ''} per reflection step; children by "
                  f"move: {made}); race block {len(self.block)} dev examples; finalists on "
                  f"{len(self.final_ids)} dev examples; calibration "
                  f"{self._calibration_said()}"
