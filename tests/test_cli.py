@@ -29,6 +29,7 @@ def test_help_options_names_the_allowed_values_and_covers_the_dspy_arms(capsys) 
     assert main(["optimize", "--optimizer", "reflect", "--help-options"]) == 0
     out = capsys.readouterr().out
     assert "race_score (one of margin, probability, tiebreak, objective, staged, default 'tiebreak')" in out
+    assert "parents (int | None, default unset): " in out and "Unset: 4 where the backend" in out
     pytest.importorskip("dspy")
     assert main(["optimize", "--optimizer", "dspy-gepa", "--help-options"]) == 0
     assert "reflection_minibatch_size (int, default 3)" in capsys.readouterr().out

@@ -125,7 +125,8 @@ def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
         allowed = get_args(info.annotation) if get_origin(info.annotation) is Literal else ()
         kind = (f"one of {', '.join(map(str, allowed))}" if allowed
                 else getattr(info.annotation, "__name__", str(info.annotation)))
-        lines.append(f"{key} ({kind}, default {info.default!r}): {info.description or ''}".rstrip(": "))
+        default = "unset" if info.default is None else repr(info.default)  # None: the description says what then
+        lines.append(f"{key} ({kind}, default {default}): {info.description or ''}".rstrip(": "))
     return lines or ["(no options)"]
 
 
