@@ -196,6 +196,18 @@ def test_a_big_batch_wakes_one_waiting_call_per_freed_slot_over_a_client_per_ser
     backend.close()
 
 
+def test_a_calls_texts_are_decoded_together_unless_one_server_takes_one_request_at_a_time(
+        fakes: list[FakeServer]) -> None:
+    """What reflect's `parents` default reads: requests sent at once are batched by the server (vLLM, llama.cpp's
+    slots); one server at concurrency 1 gets them one after another."""
+    fakes += [FakeServer(), FakeServer()]
+    for urls, concurrency, together in (([fakes[0].url], 8, True), ([fakes[0].url], 1, False),
+                                        ([f.url for f in fakes], 1, True)):
+        backend = _backend(urls, concurrency=concurrency)
+        assert backend.decodes_together is together
+        backend.close()
+
+
 def test_dead_server_is_quarantined_and_readmitted_when_healthy(fakes: list[FakeServer]) -> None:
     fakes += [FakeServer(), FakeServer()]
     backend = _backend([fakes[0].url, fakes[1].url])

@@ -342,7 +342,7 @@ class OpenAIBackend(Backend):
     @property
     def decodes_together(self) -> bool:
         """A call's requests are sent at once: a server batches concurrent requests (vLLM, llama.cpp's slots)."""
-        return self.http.pool.concurrency * len(self.http.clients) > 1
+        return self.pool.concurrency * len(self.pool.servers) > 1
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         one = self._generate_chat if self.api == "chat" else self._generate_one
