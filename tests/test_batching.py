@@ -16,6 +16,7 @@ import prompttune
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.types import ScoreResult
 from prompttune.optimizers.driver import SearchDriver
+from prompttune.optimizers.proposer import Proposer
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
@@ -176,6 +177,17 @@ class BatchMarking(CallCounter):
         results = super().generate(requests)
         return [replace(result, text=f"{result.text} ({sum(r.group == request.group for r in requests)} "
                                      "in its batch)") for request, result in zip(requests, results)]
+
+
+def test_a_text_of_an_earlier_together_set_never_asked_is_decoded_alone_when_asked_later() -> None:
+    """Only the set prefetched last keeps its texts keyed together: asked after another prefetch, a text of an
+    earlier set is decoded alone, not taken from that set's batch."""
+    backend = BatchMarking(OracleProblem.colours().backend)
+    proposer = Proposer(backend, Meter(ResultCache(), BudgetLedger(cap_calls=10)))
+    proposer.prefetch(["critique a", "critique b"], together=True)
+    assert proposer("critique a").endswith("(2 in its batch)")
+    proposer.prefetch(["edit c", "edit d"])
+    assert proposer("critique b").endswith("(1 in its batch)") and backend.generate_batches == 3
 
 
 def _reflect_together(tmp_path: Path, cache: Path, together: bool) -> tuple[list[dict], list[str]]:

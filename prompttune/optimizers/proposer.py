@@ -26,7 +26,7 @@ class Proposer:
         self.backend, self.meter, self.max_new_tokens = backend, meter, max_new_tokens
         self.on_unusable_critique = on_unusable_critique
         self.unusable_critiques = 0
-        self.decoded_with: dict[str, str] = {}  # text prefetched together -> digest of its set, till asked
+        self.decoded_with: dict[str, str] = {}  # text of the last set prefetched together -> its digest, till asked
 
     def __call__(self, request: str, max_new_tokens: int | None = None, temperature: float = 0.0,
                  seed: int = 0) -> str:
@@ -41,8 +41,9 @@ class Proposer:
         on the others), or with `together` in one batch: faster on a backend that decodes one group at a
         time (transformers), with texts that depend on the set, which is then always decoded whole."""
         texts = [self.backend.to_text(Prompt(messages=(("user", request),))) for request in requests]
-        if together:  # its texts depend on the set: keyed with it, never taken for (or from) a text decoded alone
-            self.decoded_with.update(dict.fromkeys(texts, cache_key(*texts)))
+        # Together, its texts depend on the set: keyed with it, never taken for (or from) a text decoded alone.
+        # Only the latest set counts: a text of an earlier set never asked is decoded afresh when it is.
+        self.decoded_with = dict.fromkeys(texts, cache_key(*texts)) if together else {}
         keys = [self._key(text, self.max_new_tokens, 0.0, 0, self.decoded_with.get(text)) for text in texts]
         self.meter.prefetch([([key], [GenerateRequest(text, self.max_new_tokens, group=0 if together else group)])
                              for group, (key, text) in enumerate(zip(keys, texts))],
