@@ -69,7 +69,8 @@ def run_progress(runs: Path, log: Path) -> RunProgress | None:
     wall = json.loads(verdict.read_text()).get("wall_seconds") if verdict.is_file() else None
     text = log.read_text(errors="replace") if log.is_file() else ""
     loaded = re.search(r"TransformersBackend: \S+\|(\w+)", text)
-    outcome = next((line for line in reversed(text.splitlines()) if line.startswith("baseline test accuracy")),
+    verdict_line = re.compile(r"^serve \w+, verdict scored by [^:]+: (baseline test accuracy .*)$")  # optimize's last
+    outcome = next((found.group(1) for line in reversed(text.splitlines()) if (found := verdict_line.match(line))),
                    "no verdict (stopped before the held-out test)")
     return RunProgress(DTYPES.get(loaded.group(1), loaded.group(1)) if loaded else "?", calls, seconds, wall, outcome)
 

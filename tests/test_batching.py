@@ -57,6 +57,30 @@ def test_a_successive_halving_round_and_the_verdict_reach_the_model_in_one_call_
     assert "backend calls (" in (run.run_dir / "report.md").read_text()
 
 
+def test_a_batch_asked_ahead_holds_about_ten_seconds_of_rows_and_changes_no_trial(monkeypatch) -> None:
+    """`Meter.call_rows` bounds what a search asks ahead in one call: on a CPU the 40k job's screen would be
+    one call of thousands of rows, minutes that Ctrl-C cannot cut short and a kill loses. Its trials are
+    those of unbounded batches; sh's first round reaches the model two prompts at a time instead of ten."""
+    meter = Meter(ResultCache(), BudgetLedger(cap_calls=10))
+    assert meter.call_rows() == 256  # before any rate is measured
+    meter.use.rows, meter.use.scoring_seconds = 300, 6.0
+    assert meter.call_rows() == 500  # ten seconds at 50 rows/s
+    problem = OracleProblem.colours()
+
+    def search(limit: float) -> tuple[list[dict], list[int]]:
+        monkeypatch.setattr(Meter, "call_rows", lambda self: limit)
+        backend, sizes = CallCounter(problem.backend), []
+        score = backend.score
+        backend.score = lambda requests: (sizes.append(len(requests)), score(requests))[1]
+        run = prompttune.optimize(problem.task, optimizer="sh", budget=600, space=problem.space, backend=backend,
+                                  record=False, check_generation=0)
+        return run.trials.load(), sizes
+
+    unbounded, unbounded_sizes = search(float("inf"))
+    bounded, sizes = search(50)
+    assert bounded == unbounded and (unbounded_sizes[0], sizes[0]) == (200, 40) and len(sizes) > len(unbounded_sizes)
+
+
 def _reflect_run(monkeypatch, batched: bool) -> tuple[CallCounter, list[dict]]:
     if not batched:  # every request asked alone, as before batching
         monkeypatch.setattr(SearchDriver, "prefetch", lambda self, request: None)

@@ -51,6 +51,18 @@ def test_a_cut_main_job_reports_its_calls_per_second_against_the_same_dtype(tmp_
     assert not any("of bf16" in line for line in lines)
     assert "c_optimize_2k: no run directory" in lines
 
+    c_run = work / "runs" / "c" / "20261204T110000Z-agnews-reflect-s0"
+    c_run.mkdir(parents=True)
+    (c_run / "config.json").write_text("{}")
+    (c_run / "trials.jsonl").write_text(json.dumps({"budget_spent": 2000}) + "\n")
+    (out / "c_optimize_2k.log").write_text(  # optimize's last line, as it prints it
+        "TransformersBackend: embedded:smollm2-135m-instruct|float32\nserve logprobs, verdict scored by label "
+        "log-probabilities: baseline test accuracy 0.512, dev winner 0.744, one-sided McNemar p 3.277e-33; "
+        "confirmed: ...; budget used 1999/2000; reports: r\n")
+    assert any(line.startswith("c_optimize_2k (fp32): 2000 calls") and line.endswith(
+        "; baseline test accuracy 0.512, dev winner 0.744, one-sided McNemar p 3.277e-33; confirmed: ...; budget "
+        "used 1999/2000; reports: r") for line in summary(work, out))
+
 
 def test_random_weights_are_named_on_the_first_line(tmp_path: Path) -> None:
     (tmp_path / "weights").write_text("random\n")

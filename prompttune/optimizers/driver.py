@@ -135,13 +135,20 @@ class SearchDriver:
     def prefetch(self, request: TrialRequest) -> None:
         """Unless an earlier batch held it: `request` and the strategy's `upcoming` requests of admitted
         candidates, answered by the model in one call (`Evaluator.prefetch`), so the backend gets batches
-        as large as the strategy allows; results, charges and the log are those of asking one by one."""
+        as large as the strategy allows, up to the rows a call may hold (`Meter.call_rows`: about ten seconds'
+        worth); results, charges and the log are those of asking one by one."""
         if (request.candidate.id, request.example_ids) in self.prefetched:
             return
-        batch = [r for r in (request, *self.optimizer.upcoming())
-                 if r.example_ids and (r.candidate.id, r.example_ids) not in self.prefetched and
-                 (r.candidate.id in self.seen or
-                  (r.candidate.id not in self.rejected and self.admission.refusal(r.candidate.spec) is None))]
+        limit, rows, batch = self.evaluator.meter.call_rows(), 0, []
+        asked = {(r.candidate.id, r.example_ids): r for r in (request, *self.optimizer.upcoming())}  # once each
+        for key, r in asked.items():  # in order, admission checked only as far as the call reaches
+            if not r.example_ids or key in self.prefetched or not (r.candidate.id in self.seen or (
+                    r.candidate.id not in self.rejected and self.admission.refusal(r.candidate.spec) is None)):
+                continue
+            if batch and rows + len(r.example_ids) > limit:
+                break
+            batch.append(r)
+            rows += len(r.example_ids)
         if len(batch) > 1:
             self.prefetched.update((r.candidate.id, r.example_ids) for r in batch)
             self.evaluator.prefetch([(r.candidate.spec, r.example_ids) for r in batch])

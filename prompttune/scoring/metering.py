@@ -24,6 +24,11 @@ from prompttune.scoring.ledger import SHARED, BudgetLedger, Reservation
 from prompttune.scoring.metered_cache import MeteredCache
 
 Request = TypeVar("Request")
+# A search's batch of requests asked ahead is sized to take about CALL_SECONDS at the scoring rate measured so
+# far (FIRST_CALL_ROWS rows before any), so a stop (Ctrl-C, a limit) is heard between backend calls and a killed
+# run loses at most that much uncached work; a GPU's rate still makes its calls thousands of rows long.
+CALL_SECONDS = 10.0
+FIRST_CALL_ROWS = 256
 # A cached value: what the model said, plus the tokens it cost (read when a hit is charged).
 Value = dict[str, Any]
 
@@ -96,6 +101,13 @@ class Meter:
     ahead: dict[str, Value] = field(default_factory=dict)
     use: BackendUse = field(default_factory=BackendUse)
     outage: BackendUnavailable | None = None  # met by a prefetch: the next request it did not answer stops on it
+
+    def call_rows(self) -> float:
+        """Rows a scoring call may hold to take about CALL_SECONDS at the rate this meter measured so far."""
+        scored = self.use.rows - self.use.generation_rows
+        if not scored:
+            return FIRST_CALL_ROWS
+        return CALL_SECONDS * scored / self.use.scoring_seconds if self.use.scoring_seconds > 0 else float("inf")
 
     def _compute(self, compute: Callable[[list[Request]], list[Value]], requests: list[Request]) -> list[Value]:
         start = time.perf_counter()
