@@ -65,6 +65,8 @@ def test_a_batch_asked_ahead_holds_about_ten_seconds_of_rows_and_changes_no_tria
     assert meter.call_rows() == 256  # before any rate is measured
     meter.use.rows, meter.use.scoring_seconds = 300, 6.0
     assert meter.call_rows() == 500  # ten seconds at 50 rows/s
+    meter.use.scoring_seconds = 60.0
+    assert meter.call_rows() == 256  # never fewer: a slow server's pool still gets its slots' worth at once
     problem = OracleProblem.colours()
 
     def search(limit: float) -> tuple[list[dict], list[int]]:

@@ -25,10 +25,11 @@ from prompttune.scoring.metered_cache import MeteredCache
 
 Request = TypeVar("Request")
 # A search's batch of requests asked ahead is sized to take about CALL_SECONDS at the scoring rate measured so
-# far (FIRST_CALL_ROWS rows before any), so a stop (Ctrl-C, a limit) is heard between backend calls and a killed
-# run loses at most that much uncached work; a GPU's rate still makes its calls thousands of rows long.
+# far, but never under MIN_CALL_ROWS rows (nor before any rate is measured), so a stop (Ctrl-C, a limit) is heard
+# between backend calls and a killed run loses at most that much uncached work, while a pool of servers still gets
+# enough requests at once to keep its slots busy and a GPU's calls stay thousands of rows long.
 CALL_SECONDS = 10.0
-FIRST_CALL_ROWS = 256
+MIN_CALL_ROWS = 256
 # A cached value: what the model said, plus the tokens it cost (read when a hit is charged).
 Value = dict[str, Any]
 
@@ -103,11 +104,14 @@ class Meter:
     outage: BackendUnavailable | None = None  # met by a prefetch: the next request it did not answer stops on it
 
     def call_rows(self) -> float:
-        """Rows a scoring call may hold to take about CALL_SECONDS at the rate this meter measured so far."""
+        """Rows a scoring call may hold: about CALL_SECONDS at the rate this meter measured so far, at least
+        MIN_CALL_ROWS."""
         scored = self.use.rows - self.use.generation_rows
         if not scored:
-            return FIRST_CALL_ROWS
-        return CALL_SECONDS * scored / self.use.scoring_seconds if self.use.scoring_seconds > 0 else float("inf")
+            return MIN_CALL_ROWS
+        if self.use.scoring_seconds <= 0:
+            return float("inf")
+        return max(MIN_CALL_ROWS, CALL_SECONDS * scored / self.use.scoring_seconds)
 
     def _compute(self, compute: Callable[[list[Request]], list[Value]], requests: list[Request]) -> list[Value]:
         start = time.perf_counter()
