@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROW = re.compile(r"^(score \d+-demo|generate \d+ tok)\s+(full|reuse)\s+([\d.]+)\s")
 AGREE_COLUMN = 88  # throughput.py's rows: the reuse-vs-full agreement starts here
+VERDICT_LINE = re.compile(r"^serve \w+, verdict scored by [^:]+: (baseline test accuracy .*)$")  # optimize's last line
 TABLE_HEAD = re.compile(r"^\S+ torch\.(\w+), ")
 DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 OPTIMIZE_STEPS = {"c_optimize_2k": "c", "d_optimize_40k": "d"}
@@ -69,8 +70,7 @@ def run_progress(runs: Path, log: Path) -> RunProgress | None:
     wall = json.loads(verdict.read_text()).get("wall_seconds") if verdict.is_file() else None
     text = log.read_text(errors="replace") if log.is_file() else ""
     loaded = re.search(r"TransformersBackend: \S+\|(\w+)", text)
-    verdict_line = re.compile(r"^serve \w+, verdict scored by [^:]+: (baseline test accuracy .*)$")  # optimize's last
-    outcome = next((found.group(1) for line in reversed(text.splitlines()) if (found := verdict_line.match(line))),
+    outcome = next((found.group(1) for line in reversed(text.splitlines()) if (found := VERDICT_LINE.match(line))),
                    "no verdict (stopped before the held-out test)")
     return RunProgress(DTYPES.get(loaded.group(1), loaded.group(1)) if loaded else "?", calls, seconds, wall, outcome)
 
