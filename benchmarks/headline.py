@@ -36,11 +36,15 @@ from prompttune.reports.compare_report import generation_lines
 from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
 from prompttune.statistics.seeds import Claim, judge_claims, p_text
 from prompttune.statistics.stats import t_interval
+from prompttune.tasks.base import SplitSizes
+from prompttune.tasks.builtin import BUILTIN, load_builtin
+from prompttune.tasks.pools import example_text
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = "headline.json"
 SEEDS = 5
 ALPHA = 0.05  # the protocol's q for Benjamini–Hochberg across the claims
+EARLIER_SPLIT_SEEDS = range(13)  # every split seed a result used before the protocol (headline_protocol.md)
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,35 @@ def _missing(headline: Headline, run_dir: Path, runs: list[ArmRun]) -> list[str]
     return missing
 
 
+def seen_before(run: dict[str, Any], seeds: list[int]) -> tuple[int, int, int] | None:
+    """The headline's distinct test examples over its seeds, and how many of them an earlier run drew: into dev or
+    test, and into train (pool "all", split seeds 0-12, the sizes the headline asks for, the defaults the earlier
+    results used). The partition is new, the examples are not: the report says what was seen before.
+    None for a task that is not built in (no earlier run drew it)."""
+    if run["task"] not in BUILTIN:
+        return None
+    sizes = SplitSizes(run["train_size"], run["dev_size"], run["test_size"])
+
+    def draw(split_seed: int, pool: str) -> dict[str, list[Any]]:
+        return load_builtin(run["task"], run["data_dir"], sizes, split_seed, pool).splits  # type: ignore[arg-type]
+
+    tests = {example_text(ex) for k in range(len(seeds)) for ex in draw(run["split_seed"] + k, run["pool"])["test"]}
+    earlier = [draw(seed, "all") for seed in EARLIER_SPLIT_SEEDS]
+    judged = {example_text(ex) for splits in earlier for split in ("dev", "test") for ex in splits[split]}
+    trained = {example_text(ex) for splits in earlier for ex in splits["train"]}
+    return len(tests), len(tests & judged), len(tests & trained)
+
+
+def _seen_line(run: dict[str, Any], seeds: list[int]) -> str:
+    if (seen := seen_before(run, seeds)) is None:
+        return "- seen before: not a built-in task (no earlier run drew it)"
+    total, judged, trained = seen
+    return (f"- seen before: of the {total} distinct test examples over the {len(seeds)} seeds, {judged} were in an "
+            f"earlier run's dev or test draw and {trained} in an earlier train draw (pool all, split seeds "
+            f"{EARLIER_SPLIT_SEEDS.start}-{EARLIER_SPLIT_SEEDS.stop - 1}, train {run['train_size']} / dev "
+            f"{run['dev_size']} / test {run['test_size']} where the task holds them)")
+
+
 def report_text(task: str, run_dir: Path) -> str:
     """The headline report of a finished or partial run: provenance, per-arm table, claims, ablation."""
     headline, record = _headline(task), _read_record(run_dir, task)
@@ -213,7 +246,7 @@ def report_text(task: str, run_dir: Path) -> str:
               f"- cache empty at start: {str(record['cache_empty_at_start']).lower()} ({record['cache']})",
               f"- date: {record['started']}",
               f"- machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs",
-              f"- resumes: {resumes}", f"- run directory: `{run_dir}`",
+              f"- resumes: {resumes}", f"- run directory: `{run_dir}`", _seen_line(config["run"], seeds),
               f"- generation check: {checked} test examples per arm and seed (descriptive; below the claims)"
               if (checked := config["run"]["check_generation"])
               else "- generation check: not run (the comparison's config holds check_generation 0)", ""]

@@ -87,7 +87,7 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     report = (repo / "docs" / "results" / "headline_colours.md").read_text()
     assert "Partial" not in report
     for section in ("## Provenance", f"- commit: {commit}", "- dirty: false", "- cache empty at start: true",
-                    f"- resumes: {resumed['at']}",
+                    f"- resumes: {resumed['at']}", "- seen before: not a built-in task",
                     "- generation check: 30 test examples per arm and seed", "## Served by generation (descriptive)",
                     "## Mean guarded test accuracy per arm", "| sh-eta2 | 2 |",
                     "primary: colours: sh − random > 0 |", "secondary: colours: sh − random > 0.03 |",
@@ -134,3 +134,15 @@ def test_combine_judges_every_task_s_claims_together(repo: Path, tmp_path: Path,
     assert "give a task, or --combine" in _one_line_refusal(["colours", "--combine", str(run_dir)], capsys)
     assert headline.main(["--combine", str(run_dir)]) == 0
     assert (repo / "docs" / "results" / "headline_claims.md").read_text() == headline.combine_text([run_dir])
+
+
+def test_seen_before_counts_the_test_examples_earlier_runs_drew(monkeypatch) -> None:
+    """The report's "seen before": the headline's distinct test examples, and how many earlier runs (pool all, split
+    seeds 0-12) drew into dev or test and into train; trec, whose file ships in a package."""
+    run = {"task": "trec", "data_dir": None, "pool": "reporting", "split_seed": 100, "train_size": 1000,
+           "dev_size": 300, "test_size": 1000}
+    total, judged, trained = headline.seen_before(run, [100, 101])
+    assert 1000 < total <= 2000 and 0 < judged <= total and 0 < trained <= total
+    monkeypatch.setattr(headline, "EARLIER_SPLIT_SEEDS", range(0))
+    assert headline.seen_before(run, [100, 101]) == (total, 0, 0)
+    assert headline.seen_before({**run, "task": "my_task.csv"}, [100]) is None
