@@ -4,6 +4,7 @@ that open), and the program it chose is confirmed by prompttune like every other
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -319,3 +320,19 @@ def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, 
     assert run.confirmation.n == 20 and all(check.status != "failed" for check in result.checks)
     with pytest.raises(UserError, match="DSPy reads the label from generated text, so it cannot run this contract"):
         export(run.run_dir, "dspy", tmp_path / "exported")  # the verdict read label log-probabilities
+
+
+def test_an_empty_reply_leaves_every_text_field_empty_without_a_json_retry(tmp_path: Path, monkeypatch) -> None:
+    """A 135M model may answer a proposal with nothing; DSPy would retry with JSONAdapter and, failing again, raise
+    out of MIPROv2's proposer and end the arm. The adapter keeps the reply: every text field empty, one call."""
+    _, backend, ledger, _, context = _bridge(tmp_path, cap=12)
+    replies = backend.generate
+    monkeypatch.setattr(backend, "generate", lambda requests: [
+        dataclasses.replace(reply, text="") for reply in replies(requests)])
+    with context:
+        reply = dspy.Predict("basic_instruction -> proposed_instruction, proposed_prefix_for_output_field")(
+            basic_instruction="Name the colour.")
+        assert (reply.proposed_instruction, reply.proposed_prefix_for_output_field) == ("", "")
+        assert ledger.calls == 1
+        with pytest.raises(AdapterParseError):  # not all text: DSPy's own handling, JSON retry included
+            dspy.Predict("question -> advice: dict[str, str]")(question="Name a colour.")

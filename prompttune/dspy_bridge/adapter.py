@@ -8,7 +8,8 @@ the label the evaluator scores as the answer — the same rendering and scoring 
 get. Other signatures (instruction proposers, GEPA's reflection, SIMBA's advice) keep
 ChatAdapter; when a reply to a signature whose outputs are all text misses the field markers,
 what it parsed is kept, the whole reply stands for a missing first field and other missing
-fields stay empty — instead of a JSONAdapter retry that a small model fails again.
+fields stay empty, and an empty reply leaves every field empty — instead of a JSONAdapter retry that
+a small model fails again (and that, failing, would end the arm: MIPROv2's proposer does not catch it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from prompttune.dspy_bridge.engine import MeteredEngine
 from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
 
 
+def _all_text(signature: type[dspy.Signature]) -> bool:
+    """Whether every output is free text, so that any reply can stand for them without guessing a structure."""
+    return all(field.annotation is str for field in signature.output_fields.values())
+
+
 class PromptSpecAdapter(dspy.ChatAdapter):
     def __init__(self, mapping: ProgramMapping, engine: MeteredEngine) -> None:
         super().__init__()
@@ -33,7 +39,12 @@ class PromptSpecAdapter(dspy.ChatAdapter):
     def __call__(self, lm: dspy.BaseLM, lm_kwargs: dict[str, Any], signature: type[dspy.Signature],
                  demos: list[dict[str, Any]], inputs: dict[str, Any]) -> list[dict[str, Any]]:
         if not self.mapping.is_classifier(signature):
-            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+            if not _all_text(signature):
+                return super().__call__(lm, lm_kwargs, signature, demos, inputs)  # ChatAdapter, JSON retry and all
+            try:  # dspy.Adapter's call: ChatAdapter's without its JSONAdapter retry
+                return dspy.Adapter.__call__(self, lm, lm_kwargs, signature, demos, inputs)
+            except AdapterParseError:  # only an empty reply: `parse` keeps any text
+                return [{name: "" for name in signature.output_fields}]
         # Label scoring is deterministic, so sampling options (temperature, n) do not apply.
         example_id = self.mapping.example_id(inputs)
         text = self.engine.expect(self.mapping.spec(signature.instructions, demos), example_id)
@@ -47,9 +58,9 @@ class PromptSpecAdapter(dspy.ChatAdapter):
         try:
             return super().parse(signature, completion)
         except AdapterParseError as error:
-            fields = signature.output_fields
-            if any(field.annotation is not str for field in fields.values()):
+            if not _all_text(signature):
                 raise
+            fields = signature.output_fields
             parsed = error.parsed_result or {}
             first = next(iter(fields))
             return {name: parsed.get(name) or (completion.strip() if name == first else "") for name in fields}

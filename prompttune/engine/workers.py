@@ -13,7 +13,9 @@ their own, so a Ctrl-C reaches only this process, which passes it on like a `kil
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import signal
+import traceback
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -57,12 +59,26 @@ class FollowedStop(StopRequest):
             yield
 
 
+class WorkerFailed(Exception):
+    """A worker's exception that cannot travel to the main process as itself (pickle refuses it, e.g. one holding
+    a class DSPy made inside a function): its type and message on the first line, its traceback below."""
+
+
 def run_followed(task: WorkerTask, item: Item, stop: FollowedStop) -> Result:
     """`task(item, stop)` in a worker, unless the main process stopped before it began: then it is left undone
-    for the resume."""
+    for the resume. A failure reaches the main process as what it is, not as the pickling error of sending it."""
     if stop():
         raise RunInterrupted("not started: the run was stopped")
-    return task(item, stop)
+    try:
+        return task(item, stop)
+    except Exception as error:
+        try:
+            pickle.dumps(error)
+        except Exception:
+            first = str(error).splitlines()[0] if str(error) else ""
+            raise WorkerFailed(f"{type(error).__name__} in a worker{': ' + first if first else ''}\n"
+                               f"{traceback.format_exc()}") from None
+        raise
 
 
 class Executor(ABC, Generic[Handle]):
