@@ -247,6 +247,7 @@ def report_text(task: str, run_dir: Path) -> str:
               f"- date: {record['started']}",
               f"- machine: {record['machine']['platform']}, {record['machine']['cpus']} CPUs",
               f"- resumes: {resumes}", f"- run directory: `{run_dir}`", _seen_line(config["run"], seeds),
+              "- every headline start, aborted ones included: [headline_runs/README.md](headline_runs/README.md)",
               f"- generation check: {checked} test examples per arm and seed (descriptive; below the claims)"
               if (checked := config["run"]["check_generation"])
               else "- generation check: not run (the comparison's config holds check_generation 0)", ""]
