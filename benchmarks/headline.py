@@ -4,8 +4,8 @@ A new run refuses a dirty checkout (unless --allow-dirty, recorded) and a cache 
 runs `compare` with the protocol's arguments (`PROTOCOL`, the one table this script takes them from) and writes
 `headline.json` in the comparison's run directory: commit, dirty, cache empty at start, date, machine, command.
 `--resume DIR` finishes an interrupted run at the same commit and logs the resume with its time; `--report DIR`
-writes docs/results/headline_<task>.md from the arms finished so far (a partial run is reported as partial);
-with headline_<task>.json, the figures the family needs, so that `--combine` can judge tasks whose run directories
+writes docs/results/headline_<task>.md from the arms finished so far (a partial run is reported as partial)
+and headline_<task>.json, the figures the family needs, so that `--combine` can judge tasks whose run directories
 ran in other sittings; `--combine DIR_OR_JSON...` judges the protocol's one family (every task's claims,
 Benjamini–Hochberg together) and, once it is whole, picks `optimize`'s default by the protocol's rule.
 Why a script: the headline must be one invocation at one clean commit from an empty cache, and say so itself.
@@ -49,7 +49,7 @@ ALPHA = 0.05  # the protocol's q for Benjamini–Hochberg across the claims
 EARLIER_SPLIT_SEEDS = range(13)  # every split seed a result used before the protocol (headline_protocol.md)
 DEFAULT_CANDIDATES = ("sh", "reflect-nocal", "reflect")  # the protocol's candidates, simplest first
 DEFAULT_TIE = 0.005  # a score within this of the best keeps the simpler candidate
-Accuracies = dict[str, dict[int, float]]  # arm -> seed -> mean guarded test accuracy
+Accuracies = dict[str, dict[int, float]]  # arm -> seed -> guarded test accuracy
 
 
 @dataclass(frozen=True)
