@@ -71,6 +71,24 @@ def test_shared_hits_and_misses_are_reserved_together(tmp_path: Path) -> None:
     assert dict(capped.calls_by_kind) == {"score": 10, "score (shared cache)": 20}
 
 
+def test_an_answer_fetched_ahead_is_a_call_even_if_another_run_stored_it_first(tmp_path: Path) -> None:
+    """Compared arms share the cache: when the model answered a request ahead for one arm and another arm
+    stored the same key before the first asked for it, the first is charged a call (the model served it),
+    not a shared-cache hit, so compare's count of what the model served equals what the ledger charged."""
+    config = oracle_config(tmp_path)
+    spec = default_space(task_of(config)).default_candidate().spec
+    dev = [e.id for e in task_of(config).splits["dev"]][:20]
+    shared, backend, ledger = ResultCache(), oracle_for(config), BudgetLedger()
+    evaluator = _evaluator(config, backend, MeteredCache(shared), ledger)
+    evaluator.prefetch([(spec, dev[:10]), (spec, dev[10:])])
+    assert backend.calls == 20
+    _evaluator(config, oracle_for(config), MeteredCache(shared), BudgetLedger()).evaluate(spec, dev[:10])
+    evaluator.evaluate(spec, dev[:10])
+    evaluator.evaluate(spec, dev[10:])
+    assert (backend.calls, ledger.calls, evaluator.cache.foreign_calls) == (20, 20, 0)
+    assert dict(ledger.calls_by_kind) == {"score": 20}
+
+
 def test_a_failed_call_leaves_the_ledger_as_it_was(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     spec = default_space(task_of(config)).default_candidate().spec

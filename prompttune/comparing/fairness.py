@@ -212,7 +212,7 @@ def fairness_checks(tasks: Mapping[int, Task], runs: list["ArmRun"], caps: list[
                    if split["test"] & (split["train"] | split["dev"]) or split["train"] & split["dev"]]
     sizes = next(iter(ids.values()))
     checks = [
-        Check("splits are disjoint at every seed", not overlapping, ", ".join(overlapping) or
+        Check("splits are disjoint at each seed", not overlapping, ", ".join(overlapping) or
               f"train {len(sizes['train'])} / dev {len(sizes['dev'])} / test {len(sizes['test'])} example ids per seed"),
         *([distinct_draws_check(tasks)] if len(tasks) > 1 else []),
         _served_check(runs),

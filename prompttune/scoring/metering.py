@@ -196,8 +196,11 @@ class Meter:
         same, so a resumed run finds them and does not pay for them again.
         """
         found = self.cache.get_many(list(keys))
-        missing = [i for i, key in enumerate(keys) if key not in found]
-        owed = {key: found[key] for key in self.cache.unpaid([key for key in keys if key in found])}
+        # A key the model answered ahead for this run is this run's miss even if another process stored it
+        # since: the model served it here, so it is charged as a call, never as a shared-cache hit.
+        missing = [i for i, key in enumerate(keys) if key not in found or key in self.ahead]
+        owed = {key: found[key] for key in self.cache.unpaid([key for key in keys
+                                                              if key in found and key not in self.ahead])}
         if not missing and not owed:
             return [found[key] for key in keys], [True] * len(keys)
         todo = [requests[i] for i in missing]
