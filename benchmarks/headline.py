@@ -237,16 +237,16 @@ def _seen_line(run: dict[str, Any], seeds: list[int]) -> str:
             f"{run['dev_size']} / test {run['test_size']} where the task holds them)")
 
 
-def report_text(task: str, run_dir: Path) -> str:
-    """The headline report of a finished or partial run: provenance, per-arm table, claims, ablation."""
-    headline, record = _headline(task), _read_record(run_dir, task)
+def report_text(result: TaskResult, runs: list[ArmRun]) -> str:
+    """The headline report of a finished or partial run (`runs`, its arm-seeds): provenance, per-arm table, claims,
+    ablation."""
+    task, run_dir, record, accuracies = result.task, Path(result.run_dir), result.record, result.accuracies
+    headline = _headline(task)
     config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
     arms, seeds = list(config["optimizers"]), list(config["seeds"])
-    runs = _arm_runs(run_dir)
-    accuracies = _accuracies(runs)
-    if missing := _missing(headline, run_dir, accuracies):
+    if result.missing:
         lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", "",
-                 f"**Partial**: not the headline (missing: {', '.join(missing)}).", ""]
+                 f"**Partial**: not the headline (missing: {', '.join(result.missing)}).", ""]
     else:
         lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", ""]
     resumes = "; ".join(r["at"] + (" (dirty checkout)" if r["dirty"] else "") for r in record["resumes"]) or "none"
@@ -316,17 +316,24 @@ def task_result(source: Path) -> TaskResult:
                                for arm, seeds in saved["accuracies"].items()}, list(saved["missing"]))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"{source} is not a headline_<task>.json that --report wrote ({exc})") from None
-    record = _read_record(source)
-    accuracies = _accuracies(_arm_runs(source))
-    return TaskResult(record["task"], str(source), record, accuracies,
-                      _missing(_headline(record["task"]), source, accuracies))
+    return _result_of(source, _arm_runs(source))
+
+
+def _result_of(run_dir: Path, runs: list[ArmRun], task: str | None = None) -> TaskResult:
+    """The result of the run in `run_dir`, whose arm-seeds are `runs`; `task`, when given, must be the one it ran."""
+    record = _read_record(run_dir, task)
+    accuracies = _accuracies(runs)
+    return TaskResult(record["task"], str(run_dir), record, accuracies,
+                      _missing(_headline(record["task"]), run_dir, accuracies))
 
 
 def report(task: str, run_dir: Path) -> Path:
     """docs/results/headline_<task>.md (and its plot), and headline_<task>.json for --combine, from the run."""
     out = REPO / "docs" / "results" / f"headline_{task}.md"
-    out.write_text(report_text(task, run_dir), encoding="utf-8")
-    out.with_suffix(".json").write_text(task_result(run_dir).to_json(), encoding="utf-8")
+    runs = _arm_runs(run_dir)
+    result = _result_of(run_dir, runs, task)
+    out.write_text(report_text(result, runs), encoding="utf-8")
+    out.with_suffix(".json").write_text(result.to_json(), encoding="utf-8")
     if (run_dir / "anytime.png").is_file():
         shutil.copyfile(run_dir / "anytime.png", out.with_suffix(".png"))
     return out
