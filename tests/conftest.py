@@ -29,11 +29,23 @@ _skipped_for_data: list[str] = []
 
 
 @pytest.fixture
-def data_dir(request: pytest.FixtureRequest) -> Path:
+def data_dir() -> Path:
     if not (SHARED_DATA / "ag_news" / "test.csv").is_file():
-        _skipped_for_data.append(request.node.nodeid)
         pytest.skip(MISSING_DATA)
     return SHARED_DATA
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Counts the skips for missing data from the reports, which reach the main process also when the tests
+    run in pytest-xdist's workers (`make test` runs two)."""
+    if report.skipped and MISSING_DATA in str(report.longrepr):
+        _skipped_for_data.append(report.nodeid)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the real model first, so that the two workers share them and finish together, rather than
+    one running the slowest tests alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("integration") is None)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -89,6 +89,7 @@ def test_dir_lists_the_api() -> None:
     assert all(name in listed for name in prompttune.__all__)
 
 
+@pytest.mark.integration
 def test_a_library_call_on_the_real_model_prints_nothing_not_even_the_loaders_bars(tmp_path: Path) -> None:
     """The embedded model's load shows tqdm bars (GGUF conversion, weights) unless the library hides them."""
     script = f"""

@@ -167,6 +167,7 @@ def _small_config(folder: Path, url: str) -> RunConfig:
                          budget=20, train_size=10, dev_size=10, test_size=10, timeout=20.0, retries=3)
 
 
+@pytest.mark.integration
 def test_a_llama_server_killed_and_restarted_mid_run_loses_nothing(tmp_path: Path, llama: LlamaServer) -> None:
     whole = run_study(_small_config(tmp_path / "whole", llama.url), console=_quiet())
     config = _small_config(tmp_path / "cut", llama.url)
