@@ -305,15 +305,19 @@ class TaskResult:
         return json.dumps({"task": self.task, "run_dir": self.run_dir, "record": self.record,
                            "accuracies": accuracies, "missing": self.missing}, indent=2) + "\n"
 
+    @classmethod
+    def from_json(cls, text: str) -> TaskResult:
+        saved = json.loads(text)
+        return cls(saved["task"], saved["run_dir"], saved["record"],
+                   {arm: {int(seed): value for seed, value in seeds.items()} for arm, seeds in saved["accuracies"].items()},
+                   list(saved["missing"]))
+
 
 def task_result(source: Path) -> TaskResult:
     """A task's result from its run directory, or from the headline_<task>.json its report wrote."""
     if source.is_file():
         try:
-            saved = json.loads(source.read_text(encoding="utf-8"))
-            return TaskResult(saved["task"], saved["run_dir"], saved["record"],
-                              {arm: {int(seed): value for seed, value in seeds.items()}
-                               for arm, seeds in saved["accuracies"].items()}, list(saved["missing"]))
+            return TaskResult.from_json(source.read_text(encoding="utf-8"))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UserError(f"{source} is not a headline_<task>.json that --report wrote ({exc})") from None
     return _result_of(source, _arm_runs(source))
