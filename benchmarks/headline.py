@@ -196,9 +196,14 @@ def _arm_runs(run_dir: Path) -> list[ArmRun]:
     return [load_arm_run(path.parent) for path in sorted(run_dir.glob(f"arms/*/{ARM_FILE}"))]
 
 
+def _config(run_dir: Path) -> dict[str, Any]:
+    """The comparison's own config.json: its arms, seeds and run settings, as compare planned them."""
+    return json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+
+
 def _missing(headline: Headline, run_dir: Path, accuracies: Accuracies) -> list[str]:
     """Why the run is not yet the headline: arm-seeds missing, too few seeds, no summary (empty: complete)."""
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    config = _config(run_dir)
     seeds = list(config["seeds"])
     missing = [f"{arm} seed {seed}" for arm in config["optimizers"] for seed in seeds
                if seed not in accuracies.get(arm, {})]
@@ -242,7 +247,7 @@ def report_text(result: TaskResult, runs: list[ArmRun]) -> str:
     ablation."""
     task, run_dir, record, accuracies = result.task, Path(result.run_dir), result.record, result.accuracies
     headline = _headline(task)
-    config = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    config = _config(run_dir)
     arms, seeds = list(config["optimizers"]), list(config["seeds"])
     if result.missing:
         lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", "",
@@ -359,17 +364,18 @@ def combine_text(sources: list[Path]) -> str:
     Fewer tasks than the protocol's, or a partial task, make the family partial, and the page says so; a whole
     family also gets the default optimizer by the protocol's rule."""
     tasks: dict[str, TaskResult] = {}
+    headlines: dict[str, Headline] = {}
     for source in sources:
         result = task_result(source)
         if result.task in tasks:
             raise UserError(f"{result.task} is given twice ({tasks[result.task].run_dir} and {result.run_dir}): one "
                             "run per task")
-        _headline(result.task)
+        headlines[result.task] = _headline(result.task)
         tasks[result.task] = result
     gaps = [f"{task}: no run given" for task in PROTOCOL if task not in tasks]
     gaps += [f"{task}: {', '.join(result.missing)}" for task, result in tasks.items() if result.missing]
     claims = judge_claims([claim for task, result in tasks.items()
-                           for claim in _claims(task, _headline(task), result.accuracies)])
+                           for claim in _claims(task, headlines[task], result.accuracies)])
     lines = ["# Headline claims: every task together", "", "[← protocol](headline_protocol.md)", ""]
     if gaps:
         lines += [f"**Partial family**: not the headline ({'; '.join(gaps)}). Benjamini–Hochberg below runs over "
