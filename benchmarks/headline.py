@@ -364,18 +364,17 @@ def combine_text(sources: list[Path]) -> str:
     Fewer tasks than the protocol's, or a partial task, make the family partial, and the page says so; a whole
     family also gets the default optimizer by the protocol's rule."""
     tasks: dict[str, TaskResult] = {}
-    headlines: dict[str, Headline] = {}
     for source in sources:
         result = task_result(source)
         if result.task in tasks:
             raise UserError(f"{result.task} is given twice ({tasks[result.task].run_dir} and {result.run_dir}): one "
                             "run per task")
-        headlines[result.task] = _headline(result.task)
+        _headline(result.task)
         tasks[result.task] = result
     gaps = [f"{task}: no run given" for task in PROTOCOL if task not in tasks]
     gaps += [f"{task}: {', '.join(result.missing)}" for task, result in tasks.items() if result.missing]
     claims = judge_claims([claim for task, result in tasks.items()
-                           for claim in _claims(task, headlines[task], result.accuracies)])
+                           for claim in _claims(task, _headline(task), result.accuracies)])
     lines = ["# Headline claims: every task together", "", "[← protocol](headline_protocol.md)", ""]
     if gaps:
         lines += [f"**Partial family**: not the headline ({'; '.join(gaps)}). Benjamini–Hochberg below runs over "
