@@ -369,7 +369,6 @@ def combine_text(sources: list[Path]) -> str:
         if result.task in tasks:
             raise UserError(f"{result.task} is given twice ({tasks[result.task].run_dir} and {result.run_dir}): one "
                             "run per task")
-        _headline(result.task)
         tasks[result.task] = result
     gaps = [f"{task}: no run given" for task in PROTOCOL if task not in tasks]
     gaps += [f"{task}: {', '.join(result.missing)}" for task, result in tasks.items() if result.missing]
