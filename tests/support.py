@@ -10,7 +10,7 @@ from typing import Callable
 
 from prompttune.backends.base import Backend, WrappedBackend
 from prompttune.core.config import RunConfig
-from prompttune.core.types import GenerateRequest, ScoreRequest
+from prompttune.core.types import ChoiceRequest, GenerateRequest, ScoreRequest
 from prompttune.engine.setup import load_run_task
 from prompttune.results.run import RunResult
 from prompttune.tasks.base import Task
@@ -37,6 +37,10 @@ class CountingBackend(WrappedBackend):
     def generate(self, requests: list[GenerateRequest]):
         self.calls += len(requests)
         return self.inner.generate(requests)
+
+    def choose(self, requests: list[ChoiceRequest]):
+        self.calls += len(requests)
+        return self.inner.choose(requests)
 
 
 # -- an oracle for runs through the real commands on the colours task file ---------------------------

@@ -232,18 +232,18 @@ def test_compare_and_evaluate_state_the_contract(capsys, tmp_path: Path, monkeyp
     assert "serve generate, scored by generation" in (evaluate_dir / "report.html").read_text()
 
 
-class LabelWordsOfTwoTokens(CountingBackend):
-    """Counts a label continuation as two tokens: no `logit_bias` can carry its offsets."""
+class LabelsSharingAFirstToken(CountingBackend):
+    """Every label continuation starts with the same token: no `logit_bias` can shift one label apart."""
 
-    def count_tokens(self, texts, continuation=False):
-        return [2] * len(texts) if continuation else super().count_tokens(texts)
+    def first_tokens(self, texts):
+        return [7] * len(texts)
 
 
 def test_choice_keeps_offsets_only_where_logit_bias_reproduces_them(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, serve="choice", check_generation=0)
     one_token = run_study(config, backend=oracle_for(config))  # the oracle's labels are one token each
     assert any(_offsets(t.get("spec", {})) for t in one_token.trials.load())
-    two_tokens = LabelWordsOfTwoTokens(oracle_for(config).inner)
+    two_tokens = LabelsSharingAFirstToken(oracle_for(config).inner)
     messages: list[str] = []
 
     class Console:
@@ -256,7 +256,7 @@ def test_choice_keeps_offsets_only_where_logit_bias_reproduces_them(tmp_path: Pa
                        console=Console())  # type: ignore[arg-type]
     assert not any(_offsets(t.get("spec", {})) for t in result.trials.load())
     assert not _offsets(json.loads((result.run_dir / "best_prompt.json").read_text())["spec"])
-    assert sum("logit_bias cannot reproduce label offsets" in m for m in messages) == 1  # said once
+    assert sum("logit_bias cannot shift them apart" in m for m in messages) == 1  # said once
 
 
 class OffersCalibratedTwin(IncumbentSearch):
@@ -308,7 +308,7 @@ def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None
     assert "exactly one label" in GENERATION.extraction
     with pytest.raises(ValueError, match="--serve generate pins generation at 16 new tokens"):
         EvaluateConfig(serve="generate", max_new_tokens=32)
-    assert EvaluateConfig(serve="generate").scoring == "generate" and EvaluateConfig(serve="choice").scoring == "logit"
+    assert EvaluateConfig(serve="generate").scoring == "generate" and EvaluateConfig(serve="choice").scoring == "choice"
     assert load_run_task(oracle_config(tmp_path)).serve is None
 
 

@@ -5,9 +5,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Sequence
 
-from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.core.errors import UserError
+from prompttune.core.types import (
+    ChoiceRequest,
+    ChoiceResult,
+    GenerateRequest,
+    GenerateResult,
+    Prompt,
+    ScoreRequest,
+    ScoreResult,
+)
 
-Request = ScoreRequest | GenerateRequest
+Request = ScoreRequest | GenerateRequest | ChoiceRequest
 
 
 class Backend(ABC):
@@ -65,13 +74,20 @@ class Backend(ABC):
         """
         return [len(text.encode()) + 2 for text in texts]
 
+    def first_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """Each label continuation's first token id, tokenized alone as `score` and `choose` tokenize it (what a
+        `logit_bias` map names); None without the model's tokenizer."""
+        return None
+
     def token_bounds(self, requests: Sequence[Request]) -> list[int]:
         """The most tokens each request can be charged, known before it runs: its prompt, plus
-        every label continuation (score) or `max_new_tokens` (generate)."""
+        every label continuation (score), the longest choice (choose) or `max_new_tokens` (generate)."""
         prompts = self.count_tokens([r.text for r in requests])
-        labels = list(dict.fromkeys(c for r in requests if isinstance(r, ScoreRequest) for c in r.continuations))
+        labels = list(dict.fromkeys(c for r in requests if not isinstance(r, GenerateRequest) for c in _labels(r)))
         counts = dict(zip(labels, self.count_tokens(labels, continuation=True)))
-        return [n + (r.max_new_tokens if isinstance(r, GenerateRequest) else sum(counts[c] for c in r.continuations))
+        return [n + (r.max_new_tokens if isinstance(r, GenerateRequest) else
+                     max(counts[c] for c in r.choices) if isinstance(r, ChoiceRequest) else
+                     sum(counts[c] for c in r.continuations))
                 for r, n in zip(requests, prompts)]
 
     @abstractmethod
@@ -82,6 +98,16 @@ class Backend(ABC):
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         """Greedy decoding, or seeded sampling where a request sets a temperature; one result per
         request, same order."""
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """Greedy decoding constrained to each request's choices (`ChoiceRequest`), exactly as the server or
+        engine that serves `serve: choice` decodes; one result per request, same order."""
+        raise UserError(f"the {type(self).__name__} cannot decode constrained to the labels; serve choice needs the "
+                        "transformers backend (or serve logprobs / generate)")
+
+
+def _labels(request: ScoreRequest | ChoiceRequest) -> tuple[str, ...]:
+    return request.choices if isinstance(request, ChoiceRequest) else request.continuations
 
 
 class WrappedBackend(Backend):
@@ -102,6 +128,9 @@ class WrappedBackend(Backend):
     def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
         return self.inner.count_tokens(texts, continuation)
 
+    def first_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        return self.inner.first_tokens(texts)
+
     def token_bounds(self, requests: Sequence[Request]) -> list[int]:
         return self.inner.token_bounds(requests)
 
@@ -110,6 +139,9 @@ class WrappedBackend(Backend):
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         return self.inner.generate(requests)
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        return self.inner.choose(requests)
 
 
 def tokenizer_counts(tokenizer: Any, texts: Sequence[str], continuation: bool = False) -> list[int]:
@@ -139,6 +171,9 @@ class TokenizerBackend(Backend):
     def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
         """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""
         return tokenizer_counts(self.tokenizer, texts, continuation)
+
+    def first_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        return [ids[0] for ids in self.tokenizer(list(texts), add_special_tokens=False).input_ids]
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=True).input_ids

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from prompttune.backends.base import TokenizerBackend
+from prompttune.backends.constrained import ChoiceWalk, first_logprobs, first_token_bias, token_pieces
 from prompttune.backends.gguf_parts import gguf_tokenizer_and_config
 from prompttune.backends.transformers_cache import KV, append_cache, full_attention_only
 from prompttune.backends.transformers_setup import (
@@ -27,7 +28,7 @@ from prompttune.backends.transformers_setup import (
     without_gguf_dtype_advice,
 )
 from prompttune.core.errors import UserError
-from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from prompttune.core.types import ChoiceRequest, ChoiceResult, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 # Below this many shared tokens the extra prefix pass and the cache copies cost more than they save.
 _MIN_SHARED_TOKENS = 8
@@ -142,6 +143,7 @@ class TransformersBackend(TokenizerBackend):
         self.append_cache = full_attention_only(self.model.config)
         # Several-token labels continue the prompt's cache, cropped back after each label: plain caches only.
         self.continue_labels = self.append_cache
+        self._pieces: dict[str, list[int]] | None = None  # the vocabulary's token texts, for constrained decoding
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
@@ -303,6 +305,31 @@ class TransformersBackend(TokenizerBackend):
             picked = iter(_pick(scores, [(row, k, token) for row in rows for k, token in enumerate(conts[row][j][1:])]))
             for row in rows:
                 logprobs[row][j] += sum(next(picked) for _ in conts[row][j][1:])
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """Constrained greedy decoding over the whole vocabulary (`constrained.py`): every prompt's first step in
+        batches, as label scoring reads its next-token distribution; the rare walks a first token leaves open
+        (a piece two choices share, a choice that is a prefix of another) go on one token at a time."""
+        self._pieces = self._pieces or token_pieces(self.tokenizer)
+        prompts = [self._encode(r.text) for r in requests]
+        labels = [[self.tokenizer(c, add_special_tokens=False).input_ids for c in r.choices] for r in requests]
+        walks = [ChoiceWalk(r.choices, self._pieces, first_token_bias([t[0] for t in ids], r.first_token_bias),
+                            (self.tokenizer.eos_token_id,)) for r, ids in zip(requests, labels)]
+        scores: list[tuple[float, ...]] = [()] * len(requests)
+        for shared, members in self._prefix_groups([(r.group, r.prefix) for r in requests], prompts):
+            kv = self._prefix_states(prompts[members[0]][:shared]) if shared else None
+            suffix = [len(prompts[i]) - shared for i in members]
+            for batch in _batches(sorted(range(len(members)), key=suffix.__getitem__), suffix, self.batch_size,
+                                  self.max_batch_tokens, shared):
+                rows = [members[b] for b in batch]
+                last = self._forward_last([prompts[i][shared:] for i in rows], 1, kv)[:, -1, :]
+                for row, i in enumerate(rows):
+                    scores[i] = first_logprobs(last[row], [t[0] for t in labels[i]], walks[i].bias)
+                    while not walks[i].done:
+                        walks[i].step(last[row] if not walks[i].tokens else self._forward_last(
+                            [prompts[i][shared:] + list(walks[i].tokens)], 1, kv)[0, -1, :])
+        return [ChoiceResult(w.answer, s, len(p), len(t[w.answer]) if w.answer is not None else len(w.tokens))
+                for w, s, p, t in zip(walks, scores, prompts, labels)]
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [self._encode(r.text) for r in requests]

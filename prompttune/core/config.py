@@ -115,6 +115,6 @@ class RunConfig(BackendConfig):
 
     @property
     def scoring(self) -> str:
-        """The prediction method the held-out verdict scores by: generation under `generate`, else the label
-        log-probabilities (a prompt's own calibration applied where the contract allows it)."""
-        return "generate" if self.contract == "generate" else "logit"
+        """The prediction method the held-out verdict scores by: generation under `generate`, constrained decoding
+        under `choice`, else the label log-probabilities (a prompt's own calibration applied)."""
+        return {"generate": "generate", "choice": "choice"}.get(self.contract, "logit")

@@ -78,6 +78,32 @@ class GenerateResult:
 
 
 @dataclass(frozen=True)
+class ChoiceRequest:
+    """Greedy decoding after `text` constrained to one of `choices`, as a server decodes vLLM's structured-outputs
+    choice or a llama.cpp grammar at temperature 0: at each step the likeliest token that keeps the text a prefix
+    of some choice (or ends it where it is one). `first_token_bias[i]` is added to the logit of choice i's first
+    token (its own tokenization) at every step, what a `logit_bias` map on those ids does; `prefix` and `group`
+    are as in ScoreRequest."""
+
+    text: str
+    choices: tuple[str, ...]
+    first_token_bias: tuple[float, ...] = ()
+    prefix: str = ""
+    group: int = 0
+
+
+@dataclass(frozen=True)
+class ChoiceResult:
+    """The decoded choice's index (None: no token sequence spells a choice), and each choice's first token's
+    log-probability at the first step, bias included (the label scores margins and calibration read)."""
+
+    choice: int | None
+    logprobs: tuple[float, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
 class Record:
     """Outcome of one prompt on one example; `pred` is None for an invalid response.
 

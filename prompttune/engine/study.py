@@ -220,10 +220,10 @@ def check_contract(context: SearchContext, backend: Backend, console: Console) -
         raise UserError(f"serve {context.serve}: the baseline prompt carries label offsets (calibrate or label_bias) "
                         "that production under this contract cannot apply; remove them from the space's base prompt")
     if context.serve == "choice":
-        context.label_offsets = contract.single_token_labels(backend, baseline.spec)
+        context.label_offsets = contract.distinct_first_tokens(backend, baseline.spec)
         if not context.label_offsets:
-            console.print("serve choice: the labels are not one token each of the model's tokenizer, so logit_bias "
-                          "cannot reproduce label offsets: no calibrated candidate is tried")
+            console.print("serve choice: two labels share a first token of the model's tokenizer (or the tokenizer "
+                          "is unknown), so logit_bias cannot shift them apart: no calibrated candidate is tried")
 
 
 def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace | None = None,

@@ -52,7 +52,7 @@ class SearchContext:
     dev_input_words: list[int] = field(default_factory=list)  # what the inputs look like (no labels): demo choice
     serve: Serve = "logprobs"  # the serving contract: which label offsets a candidate may carry
     # Whether the contract can apply label offsets to the baseline's labels: under `generate` never, under `choice`
-    # where each label is one token (the engine sets it once the model's tokenizer is known).
+    # where the labels' first tokens are distinct (the engine sets it once the model's tokenizer is known).
     label_offsets: bool = True
     # The search ledger, bound by the driver when it starts driving (`SearchDriver`): what `remaining` reads.
     ledger: BudgetLedger | None = field(default=None, repr=False, compare=False)

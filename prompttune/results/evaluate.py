@@ -36,8 +36,8 @@ class EvaluateConfig(BackendConfig):
     sample: int | None = Field(None, gt=0, description="evaluate N distinct candidates of the space")
     split: Literal["dev", "test"] = "test"
     serve: Serve | None = Field(None, description="the serving contract the prompts are scored under: generate scores "
-                                                 "by generation (the verdict's settings), logprobs and choice by "
-                                                 "label log-probabilities; sets `scoring`")
+                                                 "by generation (the verdict's settings), choice by constrained "
+                                                 "decoding, logprobs by label log-probabilities; sets `scoring`")
     scoring: str = "logit"
     calibrate: bool = Field(False, description="also score with contextual calibration and compare")
     ensemble: int | None = Field(None, ge=2, description="template ensembles of K prompts")
@@ -62,7 +62,7 @@ class EvaluateConfig(BackendConfig):
         """`serve` decides the scoring, with the generation settings an optimize verdict under it used."""
         if self.serve is None:
             return self
-        meant = "generate" if self.serve == "generate" else "logit"
+        meant = {"generate": "generate", "choice": "choice"}.get(self.serve, "logit")
         if "scoring" in self.model_fields_set and self.scoring != meant:
             raise ValueError(f"--scoring {self.scoring} and --serve {self.serve} disagree: give --serve alone")
         if self.serve == "generate" and self.max_new_tokens != GENERATION.max_tokens:

@@ -6,9 +6,11 @@ honoured by the search, the verdict, the reports and the exports, so the test co
 - `generate`: production lets the model answer (`GENERATION`: greedy, a token cap, exactly-one-label extraction).
   No candidate may carry label offsets; the search may rank by log-probs as a fast proxy, but the finalists and
   the verdict are scored by generation, where an answer without exactly one label counts as wrong.
-- `choice`: constrained decoding over the labels (vLLM guided choice, JSON-schema enums, llama.cpp grammars):
-  scored by label log-probs; offsets only where `logit_bias` reproduces them exactly, that is every label one
-  token of its own, so the first token decides and a per-label logit shift is the offset.
+- `choice`: constrained decoding over the labels (vLLM structured-outputs choice, llama.cpp grammars): scored by
+  that decoding itself (`Backend.choose`: greedy, each step the likeliest token that keeps the answer a label).
+  Batch-calibration offsets ship as a `logit_bias` on each label's first token (`choice_bias`), which the run
+  scores with, so they are allowed wherever those first tokens are distinct; contextual calibration (a bias
+  measured per server) and chain-of-thought (constrained decoding cannot think first) are not.
 """
 
 from __future__ import annotations
@@ -51,22 +53,35 @@ def carries_offsets(spec: PromptSpec) -> bool:
     return spec.calibrate or bool(spec.label_bias)
 
 
-def single_token_labels(backend: Backend, spec: PromptSpec) -> bool:
-    """Every label continuation one token of the backend's (its exact count) and all distinct: then constrained
-    decoding is decided by one token per label and `logit_bias` reproduces label offsets exactly. A backend
-    without the model's tokenizer only bounds its counts, so it never qualifies."""
-    continuations = fixed_part(spec, []).label_continuations
-    return (len(set(continuations)) == len(continuations)
-            and all(n == 1 for n in backend.count_tokens(list(continuations), continuation=True)))
+def distinct_first_tokens(backend: Backend, spec: PromptSpec) -> bool:
+    """Each label continuation's first token (the backend's tokenizer) its own, so a `logit_bias` on it shifts
+    that label alone. A backend without the model's tokenizer cannot say, so it never qualifies."""
+    first = backend.first_tokens(list(fixed_part(spec, []).label_continuations))
+    return first is not None and len(set(first)) == len(first)
+
+
+def choice_bias(spec: PromptSpec) -> tuple[float, ...]:
+    """The `logit_bias` each label's first token gets under `choice`: minus its batch-calibration offset, centred
+    so the labels' shifts sum to zero (offsets are defined up to a constant; centring moves the labels against
+    each other only, not against other allowed tokens more than needed). Empty without offsets."""
+    if not spec.label_bias:
+        return ()
+    mean = sum(spec.label_bias) / len(spec.label_bias)
+    return tuple(round(mean - b, 6) for b in spec.label_bias)
 
 
 def offsets_fit(serve: Serve, backend: Backend, spec: PromptSpec) -> bool:
     """Whether production under `serve` can apply the prompt's label offsets exactly as the run scored them."""
-    return serve == "logprobs" or (serve == "choice" and single_token_labels(backend, spec))
+    if serve == "choice":
+        return not spec.calibrate and distinct_first_tokens(backend, spec)
+    return serve == "logprobs"
 
 
 def admits(serve: Serve, backend: Backend, spec: PromptSpec) -> bool:
-    """A candidate fits the contract: no offsets, or offsets production reproduces."""
+    """A candidate fits the contract: no offsets, or offsets production reproduces; under `choice`, no
+    chain-of-thought (the answer is constrained to a label from its first token)."""
+    if serve == "choice" and spec.cot:
+        return False
     return not carries_offsets(spec) or offsets_fit(serve, backend, spec)
 
 
@@ -87,7 +102,7 @@ def resolve(given: Serve | None, task_serve: Serve | None) -> tuple[Serve, bool]
 
 def scored_by(serve: Serve) -> str:
     """How the verdict under `serve` scored its prompts, in words."""
-    return "generation" if serve == "generate" else "label log-probabilities"
+    return {"generate": "generation", "choice": "constrained decoding"}.get(serve, "label log-probabilities")
 
 
 def finalist_examples(budget: int, dev_n: int) -> int:

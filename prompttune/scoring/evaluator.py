@@ -14,12 +14,12 @@ from typing import Iterable, Mapping, Sequence
 from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.core.types import Example, GenerateRequest, Record, ScoreRequest
+from prompttune.core.types import ChoiceRequest, Example, GenerateRequest, Record, ScoreRequest
 from prompttune.scoring.cache import ResultCache, cache_key
-from prompttune.scoring.contract import GENERATION
+from prompttune.scoring.contract import GENERATION, choice_bias
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.metered_cache import MeteredCache
-from prompttune.scoring.metering import Meter, generate_values, score_values
+from prompttune.scoring.metering import Meter, choose_values, generate_values, score_values
 from prompttune.scoring.prediction import Scoring, make_predictor
 from prompttune.scoring.records import CONTENT_FREE_PREFIX, Mode, Output, Query
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, select_demos
@@ -56,7 +56,10 @@ def prompt_tokens(backend: Backend, spec: PromptSpec, demos: Sequence[Example]) 
 def _output(example: Example, value: dict, cached: bool) -> Output:
     logprobs = value.get("logprobs")
     return Output(example, None if logprobs is None else tuple(logprobs), value.get("text"),
-                  value["prompt_tokens"], value["completion_tokens"], cached)
+                  value["prompt_tokens"], value["completion_tokens"], cached, value.get("choice"))
+
+
+_COMPUTE = {"score": score_values, "generate": generate_values, "choice": choose_values}
 
 
 class Evaluator:
@@ -117,7 +120,7 @@ class Evaluator:
             examples += query_examples
             keys += query_keys
             requests += query_requests
-        compute = partial(generate_values if mode == "generate" else score_values, self.backend)
+        compute = partial(_COMPUTE[mode], self.backend)
         values, cached = self.meter.run(keys, kind or mode, requests, self.backend.token_bounds, compute)
         flat = [_output(ex, value, hit) for ex, value, hit in zip(examples, values, cached)]
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
@@ -129,13 +132,14 @@ class Evaluator:
         answers the prediction method reads as they are (direct label scores, or generated text) are
         fetched; calibrated and ensemble scoring ask as before. A query that would fail is left to fail
         where it is asked."""
-        if self.scoring not in ("logit", "generate"):
+        if self.scoring not in ("logit", "generate", "choice"):
             return
-        by_mode: dict[Mode, list[tuple[list[str], list]]] = {"score": [], "generate": []}
+        by_mode: dict[Mode, list[tuple[list[str], list]]] = {"score": [], "generate": [], "choice": []}
         for group, (spec, example_ids) in enumerate(work):
             if spec.calibrate:
                 continue
-            mode: Mode = "generate" if self.scoring == "generate" or spec.cot else "score"
+            mode: Mode = "generate" if self.scoring == "generate" or spec.cot else \
+                "choice" if self.scoring == "choice" else "score"
             try:
                 prepared = self._prepare(Query(spec, example_ids), mode)
             except (UserError, PermissionError):
@@ -145,7 +149,7 @@ class Evaluator:
             by_mode[mode].append((keys, [replace(request, group=group) for request in requests]))  # batched as if alone
         for mode, queries in by_mode.items():
             if queries:
-                compute = partial(generate_values if mode == "generate" else score_values, self.backend)
+                compute = partial(_COMPUTE[mode], self.backend)
                 self.meter.prefetch(queries, compute)
 
     def _prepare(self, query: Query, mode: Mode) -> tuple[list[Example], list[str], list]:
@@ -169,6 +173,11 @@ class Evaluator:
                  else [p.label_continuations for p in prompts])
         if len(conts) != len(examples):
             raise ValueError(f"{len(conts)} continuation sets for {len(examples)} examples")
+        if mode == "choice":
+            bias = choice_bias(spec)
+            keys = [cache_key(self.backend.model_id, "choice", t, c, bias, ex.id)
+                    for t, c, ex in zip(texts, conts, examples)]
+            return examples, keys, [ChoiceRequest(t, tuple(c), bias, prefix) for t, c in zip(texts, conts)]
         keys = [cache_key(self.backend.model_id, "logit", t, c, ex.id) for t, c, ex in zip(texts, conts, examples)]
         return examples, keys, [ScoreRequest(t, tuple(c), prefix) for t, c in zip(texts, conts)]
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from prompttune.backends.base import Backend
 from prompttune.core.errors import BackendUnavailable
-from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from prompttune.core.types import ChoiceRequest, ChoiceResult, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.ledger import SHARED, BudgetLedger, Reservation
 from prompttune.scoring.metered_cache import MeteredCache
@@ -34,9 +34,11 @@ MIN_CALL_ROWS = 256
 Value = dict[str, Any]
 
 
-def result_value(result: ScoreResult | GenerateResult) -> Value:
+def result_value(result: ScoreResult | GenerateResult | ChoiceResult) -> Value:
     """The cached form of one backend result."""
-    said = {"text": result.text} if isinstance(result, GenerateResult) else {"logprobs": list(result.logprobs)}
+    said: Value = {"text": result.text} if isinstance(result, GenerateResult) else {"logprobs": list(result.logprobs)}
+    if isinstance(result, ChoiceResult):
+        said["choice"] = result.choice
     return said | {"prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens}
 
 
@@ -46,6 +48,10 @@ def score_values(backend: Backend, requests: list[ScoreRequest]) -> list[Value]:
 
 def generate_values(backend: Backend, requests: list[GenerateRequest]) -> list[Value]:
     return [result_value(o) for o in backend.generate(requests)]
+
+
+def choose_values(backend: Backend, requests: list[ChoiceRequest]) -> list[Value]:
+    return [result_value(o) for o in backend.choose(requests)]
 
 
 def _tokens(values: Sequence[Value]) -> tuple[int, int]:

@@ -2,6 +2,8 @@
 
 - `logit`: the label whose continuation is most likely (direct scoring; CoT prompts generate).
 - `generate`: greedy decoding, then the extraction rule of `extraction.py`.
+- `choice`: constrained greedy decoding over the label continuations (`serve: choice`), a prompt's batch offsets
+  as its labels' first-token `logit_bias` (`contract.choice_bias`): what the server decodes, exactly.
 - `calibrated`: contextual calibration (Zhao et al. 2021). The label distribution a prompt gives
   for content-free inputs ("N/A", "", "[MASK]") estimates its bias; dividing by it and
   renormalising removes a preference for one label that no input justifies.
@@ -29,7 +31,7 @@ from prompttune.scoring.extraction import extract_label
 from prompttune.scoring.records import Mode, Output, Query, content_free_id
 from prompttune.search_spaces.prompt import PromptSpec
 
-Scoring = Literal["logit", "generate", "calibrated", "ensemble"]
+Scoring = Literal["logit", "generate", "choice", "calibrated", "ensemble"]
 Prompts = PromptSpec | Sequence[PromptSpec]
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
@@ -171,6 +173,21 @@ class GeneratePredictor(Predictor):
         return [_generated(o, spec) for o in self.evaluator.outputs(spec, example_ids, "generate")]
 
 
+class ChoicePredictor(Predictor):
+    """The label constrained decoding picks, its offsets applied as the server applies them; the record's label
+    scores are the labels' first-token log-probs there (margins and batch offsets read them)."""
+
+    name = "choice"
+
+    def predict(self, prompts: Prompts, example_ids: Sequence[str]) -> list[Record]:
+        spec = self._single(prompts)
+        if spec.cot or spec.calibrate:
+            raise UserError("serve choice decodes a label from its first token: a chain-of-thought or contextually "
+                            "calibrated prompt cannot be served that way")
+        return [Record(o.example.id, o.example.label, o.choice, o.logprobs, None, o.prompt_tokens,
+                       o.completion_tokens, o.cached) for o in self.evaluator.outputs(spec, example_ids, "choice")]
+
+
 class CalibratedPredictor(Predictor):
     """Direct scoring divided by the prompt's content-free label distribution.
 
@@ -240,7 +257,7 @@ class EnsemblePredictor(Predictor):
 
 
 PREDICTORS: dict[str, type[Predictor]] = {
-    cls.name: cls for cls in (LogitPredictor, GeneratePredictor, CalibratedPredictor, EnsemblePredictor)}
+    cls.name: cls for cls in (LogitPredictor, GeneratePredictor, ChoicePredictor, CalibratedPredictor, EnsemblePredictor)}
 
 
 def make_predictor(name: str, evaluator: OutputSource) -> Predictor:

@@ -9,7 +9,8 @@ from prompttune.core.types import Example
 from prompttune.search_spaces.prompt import PromptSpec
 
 CONTENT_FREE_PREFIX = "content-free:"
-Mode = Literal["score", "generate"]  # what the model is asked for: label scores, or generated text
+Mode = Literal["score", "generate", "choice"]  # what the model is asked for: label scores, generated text, or a
+# label by constrained decoding
 
 
 def content_free_id(value: str) -> str:
@@ -28,7 +29,8 @@ class Query:
 
 @dataclass(frozen=True)
 class Output:
-    """The model's answer to one rendered prompt: continuation log-probs, or generated text."""
+    """The model's answer to one rendered prompt: continuation log-probs, generated text, or the label index
+    constrained decoding chose (`choice`, with each label's first-token log-prob in `logprobs`)."""
 
     example: Example
     logprobs: tuple[float, ...] | None
@@ -36,5 +38,6 @@ class Output:
     prompt_tokens: int
     completion_tokens: int
     cached: bool
+    choice: int | None = None
 
 

@@ -22,7 +22,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 from prompttune.backends.base import Backend, Request
 from prompttune.core.config import RunConfig
-from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.core.types import (
+    ChoiceRequest,
+    ChoiceResult,
+    Example,
+    GenerateRequest,
+    GenerateResult,
+    Prompt,
+    ScoreRequest,
+    ScoreResult,
+)
 from prompttune.engine.study import run_study
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.results.run import RunResult
@@ -124,6 +133,23 @@ class SyntheticOracleBackend(Backend):
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         return [GenerateResult(self._reply(r), (), len(r.text.split()), _generated_tokens(r)) for r in requests]
+
+    def first_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """Each label one token of its own (`count_tokens`): distinct texts, distinct ids."""
+        ids = {text: i for i, text in enumerate(dict.fromkeys(texts))}
+        return [ids[text] for text in texts]
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """Constrained decoding over one-token labels: the label whose score plus its first-token bias is largest
+        (the scores `score` gives, biased and renormalised over the labels)."""
+        results = []
+        for request, scored in zip(requests, self.score([ScoreRequest(r.text, r.choices) for r in requests])):
+            bias = request.first_token_bias or (0.0,) * len(request.choices)
+            biased = [lp + b for lp, b in zip(scored.logprobs, bias)]
+            norm = math.log(sum(math.exp(x) for x in biased))
+            results.append(ChoiceResult(max(range(len(biased)), key=lambda i: (biased[i], -i)),
+                                        tuple(x - norm for x in biased), scored.prompt_tokens, 1))
+        return results
 
     def _reply(self, request: GenerateRequest) -> str:
         """The proposal for the text; a sampled request's is marked with a draw that only
