@@ -14,6 +14,7 @@ from rich.console import Console
 
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.storage import JsonlStorage
+from prompttune.engine.run_steps import WallEstimate
 from prompttune.engine.study import run_study
 from prompttune.optimizers import embeddings
 from prompttune.optimizers.proposer import Proposer
@@ -195,5 +196,29 @@ def test_the_wall_time_estimate_counts_only_calls_the_model_answered(tmp_path: P
         result = run_study(config, backend=oracle_for(config), console=console, progress=True)
         outputs.append(console.file.getvalue())
     first, rerun = outputs
-    assert "model calls/s" in first and "model calls/s" not in rerun
+    assert first.count("model calls/s") == 1 and "model calls/s" not in rerun
     assert result.search_ledger.computed_calls == 0 < result.search_ledger.calls
+
+
+def test_the_wall_time_estimate_is_timed_on_warm_calls() -> None:
+    """The first trial's calls load and warm the model (here 20 calls in 100 s, then 5 calls/s): timed from the
+    search's start the rate would be 70 calls in 110 s and promise 47 min where 6 are left. The estimate starts
+    timing once 20 calls are answered, reads the rate 50 calls later, says it is at the measured rate, and is
+    printed once."""
+    times = iter([100.0, 105.0, 110.0])
+    estimate = WallEstimate(budget=1870, test_size=300, clock=lambda: next(times))
+    assert estimate.line(answered=5, spent=5) is None  # warming up: the clock is not read
+    assert estimate.line(answered=20, spent=20) is None  # timing starts
+    assert estimate.line(answered=45, spent=45) is None  # 25 calls in 5 s: too few to time
+    line = estimate.line(answered=70, spent=70)
+    assert line == ("estimate at the measured rate, 5.0 model calls/s once warm (timed after the first 20 calls): "
+                    "the search's remaining 1800 calls about 6 min at most (less where the cache answers), the "
+                    "verdict about 2 min more")
+    assert estimate.line(answered=200, spent=200) is None  # once
+
+
+def test_a_slow_model_is_timed_for_a_minute_not_fifty_calls() -> None:
+    times = iter([0.0, 30.0, 61.0])
+    estimate = WallEstimate(budget=1000, test_size=100, clock=lambda: next(times))
+    assert estimate.line(answered=20, spent=20) is None and estimate.line(answered=25, spent=25) is None
+    assert (line := estimate.line(answered=32, spent=32)) is not None and "rate, 0.2 model calls/s" in line

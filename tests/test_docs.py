@@ -74,3 +74,10 @@ def test_readme_and_headline_reports_make_no_unmeasured_claims() -> None:
         # A report's fairness checks are the run's own measured statements ("disjoint at every seed"), not claims.
         text = page.read_text().lower().split("\n## fairness checks\n", 1)[0]
         assert not [w for w in ("leads", "bars met", "every seed", "p = 0 ") if w in text], page.name
+
+
+def test_pages_tell_users_to_pass_serve_generate() -> None:
+    """`--serve` replaced `--scoring`: where a page tells users what to pass, or shows a command, it names
+    `--serve generate` (running.md documents `--scoring` as the older spelling; export.md names a run a test made)."""
+    told = re.compile(r"(?:use|add|needs?) `--scoring generate`|^\s*\w[\w-]* .*--scoring generate", re.MULTILINE)
+    assert not [page.name for page in PAGES if told.search(page.read_text())]

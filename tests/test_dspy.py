@@ -25,7 +25,7 @@ from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E40
 from prompttune.dspy_bridge.gepa import feedback_text  # noqa: E402
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
-from prompttune.engine.comparison import run_compare  # noqa: E402
+from prompttune.engine.comparison import check_compare, run_compare  # noqa: E402
 from prompttune.engine.export import export  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
@@ -195,11 +195,12 @@ def test_dspy_settings_follow_dspy_and_the_cap() -> None:
 
 @pytest.mark.parametrize("arm,cap,message", [
     ("dspy-copro", 200, "dspy-copro needs at least 201 calls (breadth 2, depth 1 on a 100-example valset); "
-                        "the cap is 200"),
+                        "the cap is 200: raise --budget to at least 201"),
+    # 107 calls would still fail: a full evaluation of the 150-example dev split needs 150
     ("dspy-gepa", 106, "dspy-gepa needs at least 107 calls (the seed program on a 100-example valset and one "
-                       "reflection on 3 train examples); the cap is 106"),
+                       "reflection on 3 train examples); the cap is 106: raise --budget to at least 150"),
     ("dspy-simba", 400, "dspy-simba needs at least 406 calls (1 step of 6 candidates on mini-batches of 32, "
-                        "validated on 100 train examples); the cap is 400"),
+                        "validated on 100 train examples); the cap is 400: raise --budget to at least 406"),
 ])
 def test_an_arm_the_cap_cannot_pay_for_is_one_line_before_any_model_call(arm: str, cap: int, message: str,
                                                                           tmp_path: Path) -> None:
@@ -217,7 +218,24 @@ def test_the_cli_names_the_arm_its_minimum_and_the_cap(capsys, tmp_path: Path) -
                  "--runs-dir", str(tmp_path / "runs")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == "error: dspy-copro needs at least 121 calls (breadth 2, depth 1 on a 60-example " \
-                                "valset); the cap is 100"
+                                "valset); the cap is 100: raise --budget to at least 121"
+
+
+def test_under_serve_generate_the_arm_names_the_budget_to_pass_reserve_included(tmp_path: Path) -> None:
+    """--budget 300 leaves the search 152 calls once the finalists' rescoring is kept back: the error names the
+    --budget whose search share pays for the arm's smallest run (401), not the 201 search calls themselves."""
+    def check(budget: int) -> None:
+        config = oracle_config(tmp_path, budget=budget, train_size=120, dev_size=150, serve="generate")
+        check_compare(config, ["random", "dspy-copro"], [0], {})
+
+    with pytest.raises(UserError) as error:
+        check(300)
+    assert str(error.value) == ("dspy-copro needs at least 201 calls (breadth 2, depth 1 on a 100-example valset); "
+                                "the search's cap is 152 (the budget less what serve generate keeps back to rescore "
+                                "the finalists): raise --budget to at least 401")
+    with pytest.raises(UserError, match="raise --budget to at least 401"):
+        check(400)
+    check(401)
 
 
 def _arm(tmp_path: Path, arm: str, budget: int, backend_for=oracle_for, options: dict | None = None,

@@ -129,9 +129,9 @@ def test_an_assistant_prefix_the_server_continues_is_sent_as_the_last_message(fa
 @pytest.mark.parametrize("continuations,message", [
     ((" red", " purple"), r"label 'purple' is not among the top-20 first answer tokens after the prompt ending "
                           r"'Item: a red thing\\nColour:': over /v1/chat/completions its score is unknown; "
-                          r"use --scoring generate or --api completions"),
+                          r"use --serve generate or --api completions"),
     ((" red", " reddish"), r"labels 'red' and 'reddish' share their first token 'red': over /v1/chat/completions a "
-                           r"label is read from the first answer token only; use --scoring generate"),
+                           r"label is read from the first answer token only; use --serve generate"),
 ])
 def test_labels_a_first_token_cannot_tell_apart_are_refused_in_one_line(
         fakes: list[FakeServer], continuations: tuple[str, ...], message: str) -> None:

@@ -15,18 +15,27 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.engine import comparison, evaluate, study
 from prompttune.engine.evaluate import run_evaluation
-from prompttune.engine.setup import load_run_task
-from prompttune.engine.study import run_study
+from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.study import checked_search, run_study
 from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
 from prompttune.results.evaluate import EvaluateConfig
-from prompttune.scoring.contract import FINALISTS, GENERATION, contract_line
+from prompttune.scoring.contract import (
+    FINALISTS,
+    GENERATION,
+    MIN_FINALIST_EXAMPLES,
+    calls_reserved,
+    contract_line,
+    finalist_examples,
+    least_budget,
+)
 from prompttune.scoring.prompt_sources import NamedPrompt
 from prompttune.scoring.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
 from prompttune.testing import colours_task_file
 from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
 
+README_TASK = Path(__file__).resolve().parent.parent / "examples" / "custom_task" / "reviews_with_prompt.yaml"
 SIZES = ["--budget", "400", "--train-size", "60", "--dev-size", "60", "--test-size", "90"]
 
 
@@ -298,6 +307,40 @@ def test_a_budget_that_cannot_keep_the_finalists_rescoring_back_is_one_line(tmp_
     config = oracle_config(tmp_path, serve="generate", budget=70, optimizer="random")
     with pytest.raises(UserError, match="once 32 calls are kept back to rescore the finalists by generation"):
         run_study(config, backend=generating_oracle(config))
+
+
+def test_a_budget_error_names_the_budget_to_pass_with_the_finalists_reserve(tmp_path: Path) -> None:
+    """The README's 120-row example under serve generate: --budget 120 leaves reflect's search 60 calls, too few to
+    race on 20 dev examples; the error named 80 (the search's need), which fails too. It names the --budget that
+    passes, reserve included; the one below it fails."""
+    def check(budget: int) -> None:
+        config = RunConfig(task=str(README_TASK), serve="generate", budget=budget,
+                           train_size=30, dev_size=30, test_size=30, runs_dir=str(tmp_path))
+        task = load_run_task(config)
+        checked_search(config, task, load_space(config, task))
+
+    with pytest.raises(UserError, match=r"search's 60 calls .* raise --budget to at least 156$"):
+        check(120)
+    with pytest.raises(UserError, match="raise --budget to at least 156"):
+        check(155)
+    check(156)
+    with pytest.raises(UserError, match="one full dev evaluation needs 30 calls .*raise --budget to at least 80 or"):
+        check(50)  # 79 leaves the search 43 calls but the finalists 9 examples each: the second check would fail
+
+
+@pytest.mark.parametrize("serve", ["logprobs", "generate"])
+def test_the_budget_named_is_the_least_from_which_every_budget_passes(serve: str) -> None:
+    """The reserve grows in steps (a budget can leave the search more than one a little larger): the budget named is
+    the least from which every budget leaves the search its calls and passes the set-up checks."""
+    def passes(budget: int, search_calls: int, dev_n: int) -> bool:
+        return (budget - calls_reserved(serve, budget, dev_n) >= max(search_calls, dev_n)
+                and (serve != "generate" or finalist_examples(budget, dev_n) >= min(MIN_FINALIST_EXAMPLES, dev_n)))
+
+    for dev_n in (1, 5, 10, 30, 57):
+        for search_calls in (1, dev_n, 80, 201):
+            least = least_budget(serve, search_calls, dev_n)
+            assert all(passes(b, search_calls, dev_n) for b in range(least, 10 * (least + dev_n)))
+            assert not passes(least - 1, search_calls, dev_n)
 
 
 def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None:

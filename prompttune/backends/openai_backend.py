@@ -11,7 +11,7 @@ of two modes or endpoints never mix:
   token): each label is walked through top-20 next-token lists, taking the longest listed token
   that continues it. Exact when the label's own tokens are listed; otherwise approximate (a path
   through shorter tokens, or a floor below the 20th entry once nothing listed fits).
-- `none`: no log-probs at all; only generation works (`--scoring generate`).
+- `none`: no log-probs at all; only generation works (`--serve generate`).
 - `first_token` (chat only): each label's first token looked up in the answer's first-token
   top log-probs; exact, or refused where it cannot be (see `openai_chat.py`).
 
@@ -98,7 +98,7 @@ class OpenAIBackend(Backend):
                "top_logprobs": f"labels walked through top-{TOP_LOGPROBS} next-token log-probs (no "
                                f"trustworthy echo): exact while the label's tokens rank in the top "
                                f"{TOP_LOGPROBS}, approximate otherwise",
-               "none": "unavailable (server returns no log-probs; use --scoring generate)"}[self.mode]
+               "none": "unavailable (server returns no log-probs; use --serve generate)"}[self.mode]
         return (f"openai backend: model {self.model} on {len(self.pool.servers)} server(s) via /v1/completions; "
                 f"label scoring: {how}")
 
@@ -110,7 +110,7 @@ class OpenAIBackend(Backend):
         how = (f"each label's first token (from {firsts}) read from the answer's first-token top-{self.top_k} "
                f"log-probs: exact while every label's first token is listed and no two labels share one, "
                f"refused otherwise" if self.mode == "first_token" else
-               "unavailable (server returns no log-probs; use --scoring generate)")
+               "unavailable (server returns no log-probs; use --serve generate)")
         return (f"openai backend: model {self.model} on {len(self.pool.servers)} server(s) via "
                 f"/v1/chat/completions; assistant prefixes: {prefix}; label scoring: {how}")
 
@@ -266,7 +266,7 @@ class OpenAIBackend(Backend):
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
         if self.mode == "none":
             raise UserError(f"{self.pool.servers[0].url} returns no log-probs, so labels cannot be "
-                            "scored: use --scoring generate")
+                            "scored: use --serve generate")
         scorer = {"echo": self._score_echo, "top_logprobs": self._score_top, "first_token": self._score_chat}[self.mode]
         return self.http.gather([scorer(r) for r in requests])
 
@@ -281,7 +281,7 @@ class OpenAIBackend(Backend):
         top = chat.first_top(response)
         if top is None:
             raise ServerError(f"{self.pool.servers[0].url}/chat/completions sent no top log-probs for the answer's "
-                              "first token: use --scoring generate")
+                              "first token: use --serve generate")
         scores = chat.read_labels(top, labels, chat.first_tokens(self.tokenizer, labels), self.top_k,
                                   messages[-1]["content"])
         usage = response.get("usage") or {}
@@ -337,7 +337,7 @@ class OpenAIBackend(Backend):
             if top:
                 return top, response
         raise ServerError(f"the server gave no next-token log-probs after {text[-40:]!r} (the likeliest "
-                          "next token ends the text): use --scoring generate")
+                          "next token ends the text): use --serve generate")
 
     @property
     def decodes_together(self) -> bool:

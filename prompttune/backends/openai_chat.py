@@ -11,7 +11,7 @@ it is appended to the last message after a newline, and the answer opens a fresh
 A label is scored by its first token only: one answer token is requested with `top_logprobs`,
 and each label's first token is looked up in that list. That is exact only while every label's
 first token is listed and no two labels share one; a request where either fails is refused in one
-line (`--scoring generate` reads labels from generated text instead). The first token is the
+line (`--serve generate` reads labels from generated text instead). The first token is the
 model's tokenizer's (`--tokenizer`, or the embedded model's own); without a tokenizer it is taken
 to be the longest listed token the label starts with.
 """
@@ -96,12 +96,12 @@ def read_labels(top: dict[str, float], labels: Sequence[str], firsts: Sequence[s
             shown = "" if token is None else f" (first token {token!r})"
             raise UserError(f"label {label!r}{shown} is not among the top-{asked} first answer tokens after "
                             f"the prompt ending {prompt_end[-40:]!r}: over /v1/chat/completions its score is "
-                            "unknown; use --scoring generate or --api completions")
+                            "unknown; use --serve generate or --api completions")
     seen: dict[str, str] = {}
     for label, token in zip(labels, tokens):
         if token in seen:
             raise UserError(f"labels {seen[token]!r} and {label!r} share their first token {token!r}: over "
                             "/v1/chat/completions a label is read from the first answer token only; use "
-                            "--scoring generate, --api completions, or label words that start differently")
+                            "--serve generate, --api completions, or label words that start differently")
         seen[token] = label
     return tuple(top[token] for token in tokens)

@@ -112,10 +112,10 @@ def check_compare(config: RunConfig, arms: list[str], seeds: list[int], options:
         raise UserError(f"--check-generation {check_generation}: the test examples served by generation, 0 or more")
     # One contract for every arm (the task file's where the config sets none); `check_generation` (0 unless asked
     # for: `compare --check-generation N`) has each arm-seed's shipped prompt served by generation, descriptively.
-    serve = run_contract(config, data if data is not None else load_run_task(config))[0]
-    config = config.model_copy(update={"native_demos": native_demos, "serve": serve,
+    task = data if data is not None else load_run_task(config)
+    config = config.model_copy(update={"native_demos": native_demos, "serve": run_contract(config, task)[0],
                                        "check_generation": check_generation})
-    check_arms(arms, options, config)
+    check_arms(arms, options, config, task)
     if stray := sorted(set(options) - set(arms)):
         raise UserError(f"--option names optimizers not compared: {', '.join(stray)}")
     draws = {seed: draw_seed(config, arms, options, mode, split_seed, data)

@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, ClassVar, Iterator, Sequence
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -82,24 +82,54 @@ def _progress(console: Console, shown: bool) -> Progress | nullcontext:
                     console=console, transient=False)
 
 
+@dataclass
+class WallEstimate:
+    """The run's wall-time estimate, timed on warm calls: the model's first answered calls load and warm it (a
+    rate timed from the search's start once said 35 min for a 6-minute search). Timing starts at the end of the
+    trial that brings the answered calls to `WARM_UP_CALLS`; the rate is read at the end of the trial that adds
+    `TIMED_CALLS` more, or any more once `TIMED_SECONDS` have passed. Cache hits take no model time: only calls
+    the model answered count."""
+
+    WARM_UP_CALLS: ClassVar[int] = 20
+    TIMED_CALLS: ClassVar[int] = 50
+    TIMED_SECONDS: ClassVar[float] = 60.0
+
+    budget: int
+    test_size: int
+    clock: Callable[[], float] = time.monotonic
+    start: tuple[float, int] | None = None  # (clock, answered calls) where the timing began
+    done: bool = False
+
+    def line(self, answered: int, spent: int) -> str | None:
+        """At a trial's end, with the calls the model has answered and those the search has spent: the estimate,
+        once, when the timing is done."""
+        if self.done or answered < self.WARM_UP_CALLS:
+            return None
+        now = self.clock()
+        if self.start is None:
+            self.start = (now, answered)
+            return None
+        timed, seconds = answered - self.start[1], now - self.start[0]
+        if timed < self.TIMED_CALLS and not (timed and seconds >= self.TIMED_SECONDS):
+            return None
+        self.done = True
+        rate, left = timed / max(seconds, 1e-9), self.budget - spent
+        return (f"estimate at the measured rate, {rate:.1f} model calls/s once warm (timed after the first "
+                f"{self.start[1]} calls): the search's remaining {left} calls about {left / rate / 60:.0f} min at most "
+                f"(less where the cache answers), the verdict about {2 * self.test_size / rate / 60:.0f} min more")
+
+
 def _trial_watch(config: RunConfig, bar_view: Progress | None, ledger: BudgetLedger, test_size: int,
                  console: Console, task_name: str) -> Callable[[dict], None] | None:
-    """The progress bar's update and, at the first trial the model answered, a wall-time estimate
-    (cache hits take no model time)."""
+    """The progress bar's update and, once the model has answered enough calls warm, a wall-time estimate."""
     if bar_view is None:
         return None
     bar = bar_view.add_task(f"{config.optimizer} on {task_name}", total=config.budget, best="–")
-    search_started = time.time()
-    estimated: list[bool] = []
+    estimate = WallEstimate(config.budget, test_size)
 
     def on_trial(trial: dict) -> None:
-        if not estimated and ledger.computed_calls:
-            estimated.append(True)
-            rate = ledger.computed_calls / max(time.time() - search_started, 1e-9)
-            left = config.budget - trial["budget_spent"]
-            console.print(f"measured {rate:.1f} model calls/s: the search's remaining {left} calls should take at "
-                          f"most about {left / rate / 60:.0f} min (less where the cache answers), the held-out "
-                          f"verdict about {2 * test_size / rate / 60:.0f} min more")
+        if (line := estimate.line(ledger.computed_calls, trial["budget_spent"])) is not None:
+            console.print(line)
         best = trial.get("best_so_far")
         bar_view.update(bar, completed=trial["budget_spent"],
                         best="–" if best is None or math.isnan(best) else f"{best:.3f}")

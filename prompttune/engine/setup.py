@@ -25,7 +25,6 @@ RUN_DIR: ContextVar[Path | None] = ContextVar("run_dir", default=None)
 traceback of a crash."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"
-MIN_FINALIST_EXAMPLES = 10  # serve generate: fewer dev examples per finalist could not tell them apart
 
 
 def proposer_config(config: RunConfig) -> RunConfig:
@@ -63,18 +62,19 @@ def search_budget(config: RunConfig, task: Task) -> int:
 
 def require_dev_budget(config: RunConfig, task: Task) -> None:
     """A search must afford at least one full dev evaluation (and, under `serve: generate`, the finalists'
-    rescoring besides)."""
-    dev_n, budget = len(task.splits["dev"]), search_budget(config, task)
+    rescoring besides); the error names the --budget that passes both (`contract.least_budget`)."""
+    dev_n, budget, serve = len(task.splits["dev"]), search_budget(config, task), run_contract(config, task)[0]
+    least = contract.least_budget(serve, dev_n, dev_n)
     if budget < dev_n:
         kept = (f" once {config.budget - budget} calls are kept back to rescore the finalists by generation "
                 "(serve generate)" if budget < config.budget else "")
-        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs {dev_n} calls{kept} "
-                        "(lower --dev-size or raise --budget)")
-    least = min(MIN_FINALIST_EXAMPLES, dev_n)  # a dev split smaller than that is rescored whole
-    if run_contract(config, task)[0] == "generate" and contract.finalist_examples(config.budget, dev_n) < least:
+        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs {dev_n} calls{kept}; "
+                        f"raise --budget to at least {least} or lower --dev-size")
+    each = min(contract.MIN_FINALIST_EXAMPLES, dev_n)  # a dev split smaller than that is rescored whole
+    if serve == "generate" and (rescored := contract.finalist_examples(config.budget, dev_n)) < each:
         raise UserError(f"budget {config.budget} too small for serve generate: rescoring the finalists by generation "
-                        f"within half the budget leaves {contract.finalist_examples(config.budget, dev_n)} dev "
-                        f"examples each (at least {least}); raise --budget")
+                        f"within half the budget leaves {rescored} dev examples each (at least {each}); raise "
+                        f"--budget to at least {least}")
 
 
 def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:

@@ -25,6 +25,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.proposer import Proposer, checked_instruction
 from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.scoring.contract import least_budget
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.frozen import keep_frozen
 from prompttune.search_spaces.prompt import PromptSpec
@@ -60,6 +61,11 @@ class SearchContext:
     def remaining(self) -> int | None:
         """Calls left under the cap of the search that drives this context; None = no cap (or not driven)."""
         return self.ledger.remaining_calls() if self.ledger is not None else None
+
+    def budget_for(self, search_calls: int) -> int:
+        """The --budget to name where the search needs `search_calls` calls: what the user passes is the total,
+        `serve: generate`'s reserve for its finalists included (`budget` is the search's share)."""
+        return least_budget(self.serve, search_calls, len(self.dev_ids))
 
     def spent(self) -> int:
         """Calls the search has spent of `budget` (0 without a cap)."""

@@ -22,6 +22,7 @@ from prompttune.core.config import DEFAULT_SERVE, Serve
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part
 
 FINALISTS = 3  # under `generate`, the top prompts of the search ranking rescored by generation on dev
+MIN_FINALIST_EXAMPLES = 10  # under `generate`: fewer dev examples per finalist could not tell them apart
 
 
 @dataclass(frozen=True)
@@ -115,3 +116,23 @@ def calls_reserved(serve: Serve, budget: int, dev_n: int) -> int:
     """Search-budget calls kept back from the search for the finalists' rescoring by generation (the baseline
     included), so the whole run stays within the cap; none outside `generate`."""
     return (FINALISTS + 1) * finalist_examples(budget, dev_n) if serve == "generate" else 0
+
+
+def least_budget(serve: Serve, search_calls: int, dev_n: int) -> int:
+    """The --budget to name in a budget error: the smallest from which every budget leaves the search
+    `search_calls` calls and a full dev evaluation, and under `generate` its finalists at least
+    `MIN_FINALIST_EXAMPLES` dev examples each (the whole split where it is smaller). The reserve grows by
+    FINALISTS + 1 calls at every 2 * (FINALISTS + 1) of budget, so a budget can pass where a slightly larger one
+    fails: the search walks down from where the reserve stops growing."""
+    needed = max(search_calls, dev_n)
+    if serve != "generate":
+        return needed
+
+    def passes(budget: int) -> bool:
+        return (budget - calls_reserved(serve, budget, dev_n) >= needed
+                and finalist_examples(budget, dev_n) >= min(MIN_FINALIST_EXAMPLES, dev_n))
+
+    budget = max(2 * (FINALISTS + 1) * dev_n, needed + (FINALISTS + 1) * dev_n)  # the whole split rescored
+    while budget > 1 and passes(budget - 1):
+        budget -= 1
+    return budget
