@@ -24,6 +24,7 @@ from prompttune.engine.export import export
 from prompttune.engine.study import run_study
 from prompttune.results import prompt_formats
 from prompttune.results.evaluate import EvaluateConfig
+from prompttune.results.prompt_formats import template
 from prompttune.results.run_record import read_run_config
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
@@ -189,10 +190,11 @@ def test_the_openai_chat_export_carries_the_contract_and_the_request_that_reads_
 
 @pytest.mark.parametrize("label_words,bias,logit_bias", [
     (("red", "green", "blue"), (-0.5, -1.25, -1.75), "one per label"),
+    (("reddish", "greenish", "blueish"), (-0.5, -1.25, -1.75), "one per label"),  # several tokens, first ones distinct
     (("red", "green", "blue"), (), {}),
-    (("reddish", "greenish", "blueish"), (-0.5, -1.25, -1.75), None),  # several tokens each: not exact
+    (("red", "reddish", "redder"), (-0.5, -1.25, -1.75), None),  # one first token: no logit_bias tells them apart
 ])
-def test_a_choice_export_carries_the_choices_and_logit_bias_only_where_exact(
+def test_a_choice_export_carries_the_choices_logit_bias_and_each_servers_request(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, label_words: tuple, bias: tuple, logit_bias: object) -> None:
     for module in (export_module, prompt_formats):  # the formats and the writers both read the contract
         monkeypatch.setattr(module, "serving_contract", lambda config: "choice")
@@ -201,14 +203,22 @@ def test_a_choice_export_carries_the_choices_and_logit_bias_only_where_exact(
     (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
     data = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())
     choice = data["choice"]
-    assert data["serve"] == "choice" and "`choice.logit_bias`" in data["how_to_apply"]
-    assert choice["choices"] == list(label_words) and choice["json_schema"]["enum"] == list(label_words)
+    assert data["serve"] == "choice" and "`choice.requests`" in data["how_to_apply"]
+    continuations = list(template(spec, []).label_continuations)
+    assert choice["choices"] == continuations and choice["label_words"] == list(label_words)
+    assert choice["grammar"] == "root ::= " + " | ".join(json.dumps(c) for c in continuations)
+    requests = choice["requests"]
+    assert requests["vllm"]["structured_outputs"] == {"choice": continuations}
+    assert requests["openai"]["response_format"]["json_schema"]["schema"]["enum"] == list(label_words)
     if logit_bias == "one per label":
         tokenizer = prompt_formats.run_tokenizer(read_run_config(run))
-        ids = [str(tokenizer(word, add_special_tokens=False).input_ids[0]) for word in label_words]
-        assert choice["logit_bias"] == dict(zip(ids, [0.5, 1.25, 1.75]))
+        ids = [str(tokenizer(c, add_special_tokens=False).input_ids[0]) for c in continuations]
+        mean = sum(bias) / len(bias)
+        assert choice["logit_bias"] == dict(zip(ids, [round(mean - b, 6) for b in bias]))
+        assert requests["llama.cpp"]["logit_bias"] == requests["vllm"]["logit_bias"] == choice["logit_bias"]
     else:
         assert choice["logit_bias"] == logit_bias and choice["logit_bias_note"]
+        assert "logit_bias" not in requests["llama.cpp"]
 
 
 @pytest.mark.parametrize("entry,message", [

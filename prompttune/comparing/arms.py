@@ -14,8 +14,8 @@ from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import lookup
-from prompttune.engine.setup import search_budget
 from prompttune.results.compare import Coverage
+from prompttune.scoring import contract
 from prompttune.scoring.cache import ResultCache
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
@@ -27,7 +27,8 @@ def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunC
     split seed; each seed's draw is checked again)."""
     if len(set(arms)) != len(arms):
         raise UserError("an optimizer is listed twice in --optimizers")
-    cap, train, dev = search_budget(config, task), len(task.splits["train"]), len(task.splits["dev"])
+    train, dev = len(task.splits["train"]), len(task.splits["dev"])
+    cap = config.budget - contract.calls_reserved(config.contract, config.budget, dev)  # the search's share
     runs: dict[str, str] = {}
     for arm in arms:
         optimizer = optimizer_of(arm, options)

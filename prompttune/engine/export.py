@@ -59,6 +59,7 @@ from prompttune.results.prompt_formats import (
     batch_calibrated,
     calibrated,
     chat_messages,
+    constrained_decoding,
     content_free_prompts,
     filled,
     input_fields,
@@ -281,7 +282,9 @@ def python_contract(spec: PromptSpec, demos: list[Example], config: RunConfig, r
             "assistant_prefix": prompt.assistant_prefix, "first_tokens": firsts,
             "max_tokens": (COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS) if method == "generation" else None,
             "label_bias": list(spec.label_bias) if method == "batch_calibration" else None,
-            "content_free_inputs": list(CONTENT_FREE) if method == "contextual_calibration" else []}
+            "content_free_inputs": list(CONTENT_FREE) if method == "contextual_calibration" else [],
+            "constrained": constrained_decoding(spec, config, prompt.label_continuations)
+            if serving_contract(config) == "choice" else None}
 
 
 def _module_docstring(contract: dict[str, Any], spec: PromptSpec, name: str) -> str:
@@ -329,12 +332,17 @@ def _module_docstring(contract: dict[str, Any], spec: PromptSpec, name: str) -> 
 
 
 def python_module(spec: PromptSpec, demos: list[Example], config: RunConfig, run_dir: Path, name: str) -> str:
-    """The source of `classifier.py`: served_classifier.py's code with its contract and extraction filled in."""
+    """The source of `classifier.py`: served_classifier.py's code with its contract, its helpers
+    (served_helpers.py) and the label extraction filled in."""
     contract = python_contract(spec, demos, config, run_dir)
     body = (Path(__file__).with_name("served_classifier.py").read_text(encoding="utf-8")).split('"""', 2)[2]
     extraction_code = (f"FINAL_ANSWER = re.compile({extraction.FINAL_ANSWER.pattern!r}, re.IGNORECASE)\n\n\n"
                        + inspect.getsource(extraction.extract_label))
     body = body.replace(_EXTRACTION_IMPORT, extraction_code, 1)
+    helpers = Path(__file__).with_name("served_helpers.py").read_text(encoding="utf-8")
+    helpers_code = helpers[helpers.index(_HELPERS_START) + len(_HELPERS_START):].lstrip("\n") + "\n\n"
+    import_start = body.index("from prompttune.engine.served_helpers import (")
+    body = body[:import_start] + helpers_code + body[body.index(")\n", import_start) + 2:]
     body = body.replace(_EMPTY_CONTRACT, "CONTRACT: dict[str, Any] = " + pprint.pformat(
         contract, width=110, sort_dicts=False) + "\n", 1)
     return _module_docstring(contract, spec, name) + body
@@ -343,6 +351,7 @@ def python_module(spec: PromptSpec, demos: list[Example], config: RunConfig, run
 _EXTRACTION_IMPORT = ("from prompttune.scoring.extraction import extract_label  "
                       "# replaced by that code on export\n")
 _EMPTY_CONTRACT = "CONTRACT: dict[str, Any] = {}  # replaced by the run's contract on export\n"
+_HELPERS_START = "from typing import Any, Sequence\n"  # served_helpers.py's last import: its code follows
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> list[Path]:

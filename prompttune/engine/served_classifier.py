@@ -23,6 +23,17 @@ import urllib.parse
 import urllib.request
 from typing import Any, Sequence
 
+from prompttune.engine.served_helpers import (  # replaced by that module's code on export
+    ContractError,
+    ServingError,
+    constraint,
+    echoed_span,
+    first_max,
+    first_top,
+    last_prompt_top,
+    next_piece,
+    normalized,
+)
 from prompttune.scoring.extraction import extract_label  # replaced by that code on export
 
 CONTRACT: dict[str, Any] = {}  # replaced by the run's contract on export
@@ -35,15 +46,9 @@ PROBE_TEXT, PROBE_CONTINUATION = "The capital of France is", " Paris"
 PLAIN_PROBE = [{"role": "user", "content": "What is the capital of France?"}]
 PREFILL_PROBE = PLAIN_PROBE + [{"role": "assistant", "content": "The capital of France is"}]
 ECHO_TOLERANCE = 0.25  # nats between echoed and next-token log-probs of the same token
-
-
-class ContractError(RuntimeError):
-    """The server cannot answer as the run was scored (no log-probs, a label's first token not
-    listed, ...): a prediction here would not be the one the test confirmed."""
-
-
-class ServingError(RuntimeError):
-    """The server refused a request or could not be reached."""
+# serve choice: the constraint fields servers read (vLLM, llama.cpp, vLLM before structured_outputs), tried in turn
+CONSTRAINTS = ("structured_outputs", "grammar", "guided_choice")
+NONSENSE_CHOICES = ("qzx", "vwk")  # no model answers these unless a constraint holds it to them
 
 
 def _fill(segments: Sequence[Sequence[str]], fields: dict[str, str]) -> str:
@@ -54,50 +59,6 @@ def _fill(segments: Sequence[Sequence[str]], fields: dict[str, str]) -> str:
         raise ValueError(f"missing input field(s) {', '.join(missing)}; this prompt takes "
                        f"{', '.join(CONTRACT['input_fields'])}")
     return "".join(str(fields[value]) if kind == "field" else value for kind, value in segments)
-
-
-def normalized(logprobs: Sequence[float]) -> list[float]:
-    """Log-probabilities renormalised over the labels."""
-    top = max(logprobs)
-    total = top + math.log(sum(math.exp(x - top) for x in logprobs))
-    return [x - total for x in logprobs]
-
-
-def first_max(values: Sequence[float]) -> int:
-    """The first largest value's index, so ties go to the lower label as in prompttune."""
-    return max(range(len(values)), key=lambda i: (values[i], -i))
-
-
-def next_piece(top: dict[str, float], rest: str) -> tuple[str, float] | None:
-    """The longest top-list token that starts `rest`, with its log-prob; None if none does."""
-    pieces = [t for t in top if t and rest.startswith(t)]
-    if not pieces:
-        return None
-    piece = max(pieces, key=len)
-    return piece, float(top[piece])
-
-
-def echoed_span(logprobs: dict, start: int, end: int) -> list[float]:
-    """Log-probs of the echoed tokens that carry characters [start, end)."""
-    offsets = logprobs["text_offset"]
-    ends = offsets[1:] + [math.inf]
-    picked = [i for i, (a, b) in enumerate(zip(offsets, ends)) if a < end and b > start and b > a]
-    if not picked:
-        raise ServingError(f"echoed log-probs do not cover characters {start}..{end} of the prompt")
-    return [float(logprobs["token_logprobs"][i]) for i in picked]
-
-
-def last_prompt_top(logprobs: dict, end: int) -> dict[str, float] | None:
-    """The top list of the last echoed token that starts before character `end`."""
-    before = [i for i, offset in enumerate(logprobs["text_offset"]) if offset < end]
-    return logprobs["top_logprobs"][before[-1]] if before else None
-
-
-def first_top(response: dict) -> dict[str, float] | None:
-    """A chat answer's first-token top log-probs, or None when the server sent none."""
-    content = (response["choices"][0].get("logprobs") or {}).get("content") or []
-    listed = content[0].get("top_logprobs") if content else None
-    return {entry["token"]: float(entry["logprob"]) for entry in listed} if listed else None
 
 
 class Classifier:
@@ -119,6 +80,7 @@ class Classifier:
         self.prefill = False
         self.top_k = 0
         self._bias: list[float] | None = None
+        self._constraint = ""  # serve choice: the constraint form the server honours, found on first use
 
     # -- HTTP ------------------------------------------------------------------------------------
     def _post(self, path: str, body: dict) -> dict:
@@ -335,24 +297,51 @@ class Classifier:
             return normalized([x - b for x, b in zip(normalized(logprobs), CONTRACT["label_bias"])])
         return list(logprobs)
 
-    # -- generation ------------------------------------------------------------------------------
+    # -- generation, free or constrained -----------------------------------------------------------
+    def _answer(self, prompt: Any, max_tokens: int, extra: dict[str, Any]) -> str:
+        """The greedy answer to a completions text or chat messages, `extra` added to the request."""
+        top = None if self.mode == "none" else 1
+        if self.api == "completions":
+            return self._post("/completions", self._next_token_body(prompt, max_tokens, top) | extra)[
+                "choices"][0]["text"]
+        go_on = self.prefill and prompt[-1]["role"] == "assistant"
+        response = self._post("/chat/completions", self._chat_body(prompt, max_tokens, top, go_on) | extra)
+        return response["choices"][0]["message"].get("content") or ""
+
     def generate(self, fields: dict[str, str]) -> str:
         """The greedy answer, with the run's token limit and request."""
         self.probe()
-        prompt, _ = self._request(fields)
-        top = None if self.mode == "none" else 1
-        if self.api == "completions":
-            return self._post("/completions", self._next_token_body(prompt, CONTRACT["max_tokens"], top))[
-                "choices"][0]["text"]
-        go_on = self.prefill and prompt[-1]["role"] == "assistant"
-        response = self._post("/chat/completions", self._chat_body(prompt, CONTRACT["max_tokens"], top, go_on))
-        return response["choices"][0]["message"].get("content") or ""
+        return self._answer(self._request(fields)[0], CONTRACT["max_tokens"], {})
+
+    def constrained(self, fields: dict[str, str]) -> str:
+        """serve choice: the label the server's constrained greedy decoding gives, with the run's `logit_bias`,
+        in the first constraint form (`CONSTRAINTS`) that holds its answer to nonsense choices."""
+        self.probe()
+        probe = [{"role": "user", "content": PROBE_TEXT}] if self.api == "chat" else PROBE_TEXT
+        for form in () if self._constraint else CONSTRAINTS:
+            try:
+                if self._answer(probe, 4, constraint(form, NONSENSE_CHOICES)) in NONSENSE_CHOICES:
+                    self._constraint = form
+                    break
+            except (ServingError, KeyError, IndexError, TypeError):
+                continue
+        if not self._constraint:
+            raise ContractError(f"{self.base_url} holds no answer to a choice ({', '.join(CONSTRAINTS)} tried)")
+        prompt, continuations = self._request(fields)
+        decoded = CONTRACT["constrained"]
+        answer = self._answer(prompt, decoded["max_tokens"], constraint(self._constraint, continuations)
+                              | {"logit_bias": decoded["logit_bias"] or {}})
+        if answer not in continuations:
+            raise ContractError(f"the server answered {answer[:40]!r}, none of the labels, under {self._constraint}")
+        return CONTRACT["label_words"][continuations.index(answer)]
 
     # -- the classifier --------------------------------------------------------------------------
     def classify(self, text_fields: dict[str, str]) -> str | None:
         """The label word the run's verdict would give this input; None where the run counted the
         answer invalid (generation naming no label, or several)."""
         labels = CONTRACT["label_words"]
+        if CONTRACT["constrained"]:
+            return self.constrained(text_fields)
         if CONTRACT["predict"] == "generation":
             found = extract_label(self.generate(text_fields), labels, cot=CONTRACT["cot"])
             return None if found is None else labels[found]

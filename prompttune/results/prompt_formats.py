@@ -6,6 +6,7 @@ run's config: `prompttune.engine.export` writes them, `RunResult.save` and the r
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +15,7 @@ from prompttune.backends import openai_chat as chat
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, Prompt
+from prompttune.scoring import contract
 from prompttune.scoring.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
 from prompttune.scoring.prediction import CONTENT_FREE
 from prompttune.scoring.prompt_sources import OPENAI_CHAT_FORMAT
@@ -158,7 +160,7 @@ def as_openai_chat(spec: PromptSpec, demos: list[Example], config: RunConfig, ru
     serve = serving_contract(config)
     served = {"serve": serve, "request": request_parameters(spec, config), "how_to_apply": how_to_apply(spec, config)}
     if serve == "choice":
-        served["choice"] = choice_block(spec, config)
+        served["choice"] = choice_block(spec, config, prompt)
     return {"format": OPENAI_CHAT_FORMAT, "source_run": str(run_dir) if run_dir else None, "task": config.task,
             "model": config.model, "scored_with": scored_with, **served,
             "input_fields": input_fields(spec), "chat": prompt.messages is not None,
@@ -181,6 +183,12 @@ def request_parameters(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
 def how_to_apply(spec: PromptSpec, config: RunConfig) -> str:
     """One paragraph: from the messages to the label the verdict would give, under the run's contract."""
     method = prediction(spec, config)
+    if serving_contract(config) == "choice":
+        return ("Send `messages` with each `{field}` replaced by its input (one pass, by plain replacement) and the "
+                "`assistant_prefix` as `answer` says, adding your server's body from `choice.requests` (vLLM's "
+                "structured outputs or llama.cpp's grammar decode exactly as the run did, its `logit_bias` included; "
+                "the OpenAI API's enum is the nearest it offers, not exact). The answer is one of `choice.choices`: "
+                "the label is `label_words` at the same place.")
     send = ("Send `messages` with each `{field}` replaced by its input (one pass, by plain replacement) and the "
             "`assistant_prefix` as `answer` says, adding `request` to the body. ")
     if method == "generation":
@@ -196,38 +204,47 @@ def how_to_apply(spec: PromptSpec, config: RunConfig) -> str:
                                          "the same way; the bias is the mean of their label probabilities, each "
                                          "normalised over the labels; divide each input's normalised label "
                                          "probabilities by it and take the largest."}[method]
-    constrained = (" Under constrained decoding (`choice`), send instead the server's choice constraint over "
-                   "`choice.choices` with `choice.logit_bias`, greedy, one label long: where `logit_bias` is not null "
-                   "its choice is the label above." if serving_contract(config) == "choice" else "")
     return (send + "Each label word's score is the log-prob of its first token in the answer's first-token "
             "`top_logprobs`; where a label's first token is not listed, or two labels share one, no exact score "
             "exists: refuse the input, as the run refused it. " + offsets + " A run scored over /v1/completions "
             "read multi-token labels whole; `prompttune export --to python` writes a module that reads them as the "
-            "run did, over either endpoint." + constrained)
+            "run did, over either endpoint.")
 
 
-def choice_block(spec: PromptSpec, config: RunConfig) -> dict[str, Any]:
-    """For constrained decoding (vLLM guided choice, a JSON-schema enum, a llama.cpp grammar): the choice list,
-    and `logit_bias` values that reproduce the shipped offsets, given only where they do so exactly: every
-    label one token, no two alike, and offsets fixed in the prompt (batch calibration: the argmax of logit +
-    logit_bias over the labels is the argmax of the normalised log-probs less the offsets)."""
-    block: dict[str, Any] = {"choices": list(spec.label_words),
-                             "json_schema": {"type": "string", "enum": list(spec.label_words)}}
-    method = prediction(spec, config)
-    if method == "label_logprobs":
-        return block | {"logit_bias": {}, "logit_bias_note": "no offsets: the label is the likeliest choice"}
-    if method != "batch_calibration":
-        return block | {"logit_bias": None, "logit_bias_note": f"label log-probabilities{OFFSETS[method]}: the "
-                                                               "bias is measured per server, so no fixed logit_bias "
-                                                               "value reproduces it"}
+def constrained_decoding(spec: PromptSpec, config: RunConfig, continuations: tuple[str, ...]) -> dict[str, Any]:
+    """How the run decoded under `choice`, for a server to repeat: the choices (the label continuations after the
+    prompt, exactly as the run decoded them), a GBNF grammar of them, the `logit_bias` the shipped offsets ship as
+    (`contract.choice_bias` on each label's first token of the run's tokenizer; `{}` without offsets) and a token
+    limit the longest label fits in."""
     tokenizer = run_tokenizer(config)
-    ids = [tokenizer(word, add_special_tokens=False).input_ids for word in spec.label_words] if tokenizer else []
-    if not ids or any(len(i) != 1 for i in ids) or len({i[0] for i in ids}) < len(ids):
-        return block | {"logit_bias": None, "logit_bias_note": "the offsets are exact as logit_bias only where "
-                                                               "every label word is one token of its own"}
-    return block | {"logit_bias": {str(i[0]): -bias for i, bias in zip(ids, spec.label_bias)},
-                    "logit_bias_note": "token id -> minus the label's offset; add it to a constrained request, "
-                                       "whose greedy choice is then the run's label"}
+    pieces = [tokenizer(c, add_special_tokens=False).input_ids for c in continuations] if tokenizer else None
+    bias = contract.choice_bias(spec)
+    if not bias:
+        logit_bias: dict[str, float] | None = {}
+    elif pieces is None or len({ids[0] for ids in pieces}) < len(pieces):
+        logit_bias = None  # the run refused these offsets under choice: no candidate carried them
+    else:
+        logit_bias = {str(ids[0]): b for ids, b in zip(pieces, bias)}
+    return {"choices": list(continuations), "grammar": "root ::= " + " | ".join(json.dumps(c) for c in continuations),
+            "logit_bias": logit_bias, "max_tokens": max(len(ids) for ids in pieces) + 1 if pieces else MAX_NEW_TOKENS}
+
+
+def choice_block(spec: PromptSpec, config: RunConfig, prompt: Prompt) -> dict[str, Any]:
+    """For constrained decoding: what `constrained_decoding` gives, and the request each server takes with it —
+    vLLM's `structured_outputs` choice, llama.cpp's `grammar`, and the OpenAI API's JSON-schema enum, which writes
+    the label inside JSON quotes: the nearest that API offers, not what the run decoded."""
+    decoded = constrained_decoding(spec, config, prompt.label_continuations)
+    common = {"temperature": 0.0, "max_tokens": decoded["max_tokens"]} | (
+        {"logit_bias": decoded["logit_bias"]} if decoded["logit_bias"] else {})
+    enum = {"type": "json_schema", "json_schema": {"name": "label", "strict": True,
+                                                    "schema": {"type": "string", "enum": list(spec.label_words)}}}
+    note = ("no offsets: the label is what constrained decoding picks" if decoded["logit_bias"] == {} else
+            "token id -> the logit shift the run decoded with (minus the label's offset, centred)"
+            if decoded["logit_bias"] else "the labels share a first token, so no logit_bias shifts them apart")
+    return decoded | {"label_words": list(spec.label_words), "logit_bias_note": note,
+                      "requests": {"vllm": common | {"structured_outputs": {"choice": decoded["choices"]}},
+                                   "llama.cpp": common | {"grammar": decoded["grammar"]},
+                                   "openai": common | {"response_format": enum, "max_tokens": MAX_NEW_TOKENS}}}
 
 
 def run_tokenizer(config: RunConfig) -> Any:
