@@ -16,7 +16,8 @@ of two modes or endpoints never mix:
   top log-probs; exact, or refused where it cannot be (see `openai_chat.py`).
 
 Reading /v1/completions log-probs is `openai_completions.py`; the tokenizers the backend renders chat
-prompts with, `openai_tokenizers.py`. httpx with asyncio rather than the `openai` client: scoring needs
+prompts with, `openai_tokenizers.py`; what else the server honours (constrained decoding, `logit_bias`),
+`openai_constraints.py`. httpx with asyncio rather than the `openai` client: scoring needs
 non-standard fields and raw `text_offset`s, and retries must be visible (counted per server), not hidden
 inside a client.
 """
@@ -31,7 +32,9 @@ from typing import Any, Literal, Sequence
 import httpx
 
 from prompttune.backends import openai_chat as chat
+from prompttune.backends import openai_constraints as constraints
 from prompttune.backends.base import Backend, tokenizer_counts
+from prompttune.backends.capabilities import Capabilities
 from prompttune.backends.openai_completions import TOP_LOGPROBS, echoed_span, last_prompt_top, next_piece
 from prompttune.backends.openai_http import HttpClient, ServerError
 from prompttune.backends.openai_pool import ServerStats
@@ -77,6 +80,7 @@ class OpenAIBackend(Backend):
         self._echo_shifted = False  # set by the probe
         self.prefill = False  # chat: the server continues a final assistant message (set by the probe)
         self.top_k = 0  # chat: top log-probs asked for the answer's first token, as many as the server takes
+        self._capabilities: Capabilities | None = None  # probed when first asked
         self.http = HttpClient(base_urls, api_key_env, concurrency, timeout, retries, backoff_base, quarantine_base)
         self.pool = self.http.pool
         try:
@@ -87,8 +91,8 @@ class OpenAIBackend(Backend):
             raise
         self.model_id = (f"openai:{self.model}|{self.mode}" if self.api == "completions"
                          else f"openai:{self.model}|chat|{self.mode}")
-        message = self.describe()
-        (log.info if self.mode in ("echo", "first_token") else log.warning)(message)
+        # Approximate label scores warn; no log-probs at all is one line where a run's contract needs them.
+        (log.warning if self.mode == "top_logprobs" else log.info)(self.describe())
 
     def describe(self) -> str:
         """One line for the run log: model, servers, endpoint and which scoring method is in use."""
@@ -113,6 +117,20 @@ class OpenAIBackend(Backend):
                "unavailable (server returns no log-probs; use --scoring generate)")
         return (f"openai backend: model {self.model} on {len(self.pool.servers)} server(s) via "
                 f"/v1/chat/completions; assistant prefixes: {prefix}; label scoring: {how}")
+
+    def capabilities(self) -> Capabilities:
+        """Log-probs as the start-up probe found them; constrained decoding and `logit_bias` probed when first
+        asked (`openai_constraints`), by requests no ledger charges."""
+        if self._capabilities is None:
+            chat_api = self.api == "chat"
+            path = "/chat/completions" if chat_api else "/completions"
+            body = (self._chat_body(constraints.PROBE_MESSAGES, 1, None, False) if chat_api
+                    else self._next_token_body(constraints.PROBE_TEXT, 1, None))  # each form sets its max_tokens
+            forms, bias = self.http.run(constraints.probe_constraints(self.http, path, body, self.tokenizer))
+            top_k = {"echo": None, "top_logprobs": TOP_LOGPROBS, "first_token": self.top_k, "none": None}[self.mode]
+            self._capabilities = Capabilities(self.pool.servers[0].url, "/v1" + path, self.mode != "none", top_k,
+                                              forms, bias)
+        return self._capabilities
 
     @property
     def stats(self) -> dict[str, ServerStats]:
