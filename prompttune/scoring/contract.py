@@ -61,8 +61,10 @@ def single_token_labels(backend: Backend, spec: PromptSpec) -> bool:
 
 
 def offsets_fit(serve: Serve, backend: Backend, spec: PromptSpec) -> bool:
-    """Whether production under `serve` can apply the prompt's label offsets exactly as the run scored them."""
-    return serve == "logprobs" or (serve == "choice" and single_token_labels(backend, spec))
+    """Whether production under `serve` can apply the prompt's label offsets exactly as the run scored them: under
+    `choice`, the target honours `logit_bias` under its constraint and every label is one token."""
+    return serve == "logprobs" or (serve == "choice" and bool(backend.capabilities().logit_bias)
+                                   and single_token_labels(backend, spec))
 
 
 def admits(serve: Serve, backend: Backend, spec: PromptSpec) -> bool:
