@@ -299,6 +299,16 @@ def test_llama_server_generates_and_renders_chat_like_transformers(
     assert stats.requests - before == 2  # the next-token request, then the echo
 
 
+@pytest.mark.integration
+def test_the_llama_cpp_server_is_probed_as_honouring_grammar_and_logit_bias(served: OpenAIBackend) -> None:
+    counted = served.stats[served.pool.servers[0].url].requests
+    capabilities = served.capabilities()
+    assert (capabilities.endpoint, capabilities.logprobs, capabilities.top_k) == ("/v1/completions", True, 20)
+    assert capabilities.constraints[0] == "grammar" and capabilities.logit_bias is True  # the flip, under grammar
+    assert capabilities.contracts() == ("logprobs", "generate", "choice")
+    assert served.stats[served.pool.servers[0].url].requests == counted  # the probe is in no run's counts
+
+
 @pytest.fixture(scope="module")
 def served_chat(llama_server: str) -> Iterator[OpenAIBackend]:  # noqa: F811
     config = BackendConfig(backend="openai", base_url=[llama_server], model=EMBEDDED_MODEL, api="chat", concurrency=4)

@@ -17,6 +17,7 @@ from typing import Iterator
 import pytest
 from rich.console import Console
 
+from prompttune.backends.capabilities import CONSTRAINT_FORMS
 from prompttune.backends.openai_backend import OpenAIBackend
 from prompttune.backends.transformers_setup import EMBEDDED_MODEL, embedded_model_path
 from prompttune.cli import EXIT_UNAVAILABLE, main
@@ -36,6 +37,7 @@ from prompttune.testing.llama_server import LlamaServer
 from tests.support import oracle_config
 
 PROBES = 2  # completions the backend's start-up probe sends (next-token, then echo)
+RUN_PROBES = PROBES + len(CONSTRAINT_FORMS)  # and the constraint forms a run asks about (Backend.capabilities)
 LABELS = 3  # the colours task: an echo-mode scored example is one request per label
 
 
@@ -116,9 +118,9 @@ def test_a_server_that_never_returns_stops_the_run_resumably(tmp_path: Path, fak
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     fakes.append(FakeServer(varied=True))
     whole = run_study(_colours_config(tmp_path / "whole", fakes[0].url), console=_quiet())
-    whole_requests = fakes[0].completions - PROBES
+    whole_requests = fakes[0].completions - RUN_PROBES
     config = _colours_config(tmp_path / "cut", fakes[0].url, timeout=1.0, retries=2)  # deadline: 2 s
-    fakes.append(FakeServer(varied=True, die_after=PROBES + whole_requests // 2))
+    fakes.append(FakeServer(varied=True, die_after=RUN_PROBES + whole_requests // 2))
     arguments = ["optimize", "--task", config.task, "--backend", "openai", "--base-url", fakes[1].url,
                  "--timeout", "1", "--retries", "2", "--runs-dir", config.runs_dir, *(
                      f"--{name.replace('_', '-')}={getattr(config, name)}"
@@ -141,10 +143,10 @@ def test_a_server_that_never_returns_stops_the_run_resumably(tmp_path: Path, fak
     assert main(["optimize", "--resume", str(run_dir)]) == 0
     _same_run(run_dir, whole)
     # Nothing paid twice: the resumed session asked the server only for what the cache lacked.
-    assert fakes[2].completions - PROBES == whole_requests - LABELS * cached
+    assert fakes[2].completions - RUN_PROBES == whole_requests - LABELS * cached
     facts = json.loads((run_dir / "verdict.json").read_text())
     counts = facts["servers"][fakes[1].url]  # both sessions of the run
-    assert counts["requests"] == fakes[1].completions + fakes[2].completions - 2 * PROBES
+    assert counts["requests"] == fakes[1].completions + fakes[2].completions - 2 * RUN_PROBES
     assert counts["quarantines"] >= 1
     report = (run_dir / "report.md").read_text()
     assert "Resumed after an interruption (no server answered for 2 s" in report and "## Servers" in report

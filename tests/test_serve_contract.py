@@ -265,7 +265,7 @@ def test_choice_keeps_offsets_only_where_logit_bias_reproduces_them(tmp_path: Pa
                        console=Console())  # type: ignore[arg-type]
     assert not any(_offsets(t.get("spec", {})) for t in result.trials.load())
     assert not _offsets(json.loads((result.run_dir / "best_prompt.json").read_text())["spec"])
-    assert sum("logit_bias cannot shift them apart" in m for m in messages) == 1  # said once
+    assert sum("logit_bias cannot shift the labels apart" in m for m in messages) == 1  # said once
 
 
 class OffersCalibratedTwin(IncumbentSearch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Sequence
 
+from prompttune.backends.capabilities import IN_PROCESS, Capabilities
 from prompttune.core.errors import UserError
 from prompttune.core.types import (
     ChoiceRequest,
@@ -54,6 +55,11 @@ class Backend(ABC):
         """Per-server counters (requests, retries, failures, quarantines, readmissions) since the
         backend was built, for the run report; empty for a model run in process."""
         return {}
+
+    def capabilities(self) -> Capabilities:
+        """Which serving contracts the target honours, known before a run spends anything (a server is probed
+        once, outside any ledger); a model run in process honours them all."""
+        return IN_PROCESS
 
     def close(self) -> None:
         """Release threads, connections or GPU memory; safe to call twice."""
@@ -124,6 +130,9 @@ class WrappedBackend(Backend):
     @property
     def decodes_together(self) -> bool:
         return self.inner.decodes_together
+
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities()
 
     def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
         return self.inner.count_tokens(texts, continuation)

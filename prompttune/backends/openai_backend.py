@@ -16,7 +16,8 @@ of two modes or endpoints never mix:
   top log-probs; exact, or refused where it cannot be (see `openai_chat.py`).
 
 Reading /v1/completions log-probs is `openai_completions.py`; the tokenizers the backend renders chat
-prompts with, `openai_tokenizers.py`. httpx with asyncio rather than the `openai` client: scoring needs
+prompts with, `openai_tokenizers.py`; what else the server honours (constrained decoding, `logit_bias`),
+`openai_constraints.py`. httpx with asyncio rather than the `openai` client: scoring needs
 non-standard fields and raw `text_offset`s, and retries must be visible (counted per server), not hidden
 inside a client.
 """
@@ -26,18 +27,30 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import asdict
+from functools import partial
 from typing import Any, Literal, Sequence
 
 import httpx
 
 from prompttune.backends import openai_chat as chat
-from prompttune.backends.base import Backend, tokenizer_counts
-from prompttune.backends.openai_completions import TOP_LOGPROBS, echoed_span, last_prompt_top, next_piece
+from prompttune.backends import openai_constraints as constraints
+from prompttune.backends.base import Backend, TokenizerBackend, tokenizer_counts
+from prompttune.backends.capabilities import EXACT_CHOICE, Capabilities
+from prompttune.backends.openai_choice import choose_one
+from prompttune.backends.openai_completions import TOP_LOGPROBS, echoed_span, last_prompt_top, next_piece, score_top
 from prompttune.backends.openai_http import HttpClient, ServerError
 from prompttune.backends.openai_pool import ServerStats
 from prompttune.backends.openai_tokenizers import embedded_tokenizer_if_served, load_tokenizer
 from prompttune.core.errors import UserError
-from prompttune.core.types import GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
+from prompttune.core.types import (
+    ChoiceRequest,
+    ChoiceResult,
+    GenerateRequest,
+    GenerateResult,
+    Prompt,
+    ScoreRequest,
+    ScoreResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +90,7 @@ class OpenAIBackend(Backend):
         self._echo_shifted = False  # set by the probe
         self.prefill = False  # chat: the server continues a final assistant message (set by the probe)
         self.top_k = 0  # chat: top log-probs asked for the answer's first token, as many as the server takes
+        self._capabilities: Capabilities | None = None  # probed when first asked
         self.http = HttpClient(base_urls, api_key_env, concurrency, timeout, retries, backoff_base, quarantine_base)
         self.pool = self.http.pool
         try:
@@ -87,8 +101,8 @@ class OpenAIBackend(Backend):
             raise
         self.model_id = (f"openai:{self.model}|{self.mode}" if self.api == "completions"
                          else f"openai:{self.model}|chat|{self.mode}")
-        message = self.describe()
-        (log.info if self.mode in ("echo", "first_token") else log.warning)(message)
+        # Approximate label scores warn; no log-probs at all is one line where a run's contract needs them.
+        (log.warning if self.mode == "top_logprobs" else log.info)(self.describe())
 
     def describe(self) -> str:
         """One line for the run log: model, servers, endpoint and which scoring method is in use."""
@@ -113,6 +127,20 @@ class OpenAIBackend(Backend):
                "unavailable (server returns no log-probs; use --serve generate)")
         return (f"openai backend: model {self.model} on {len(self.pool.servers)} server(s) via "
                 f"/v1/chat/completions; assistant prefixes: {prefix}; label scoring: {how}")
+
+    def capabilities(self) -> Capabilities:
+        """Log-probs as the start-up probe found them; constrained decoding and `logit_bias` probed when first
+        asked (`openai_constraints`), by requests no ledger charges."""
+        if self._capabilities is None:
+            chat_api = self.api == "chat"
+            path = "/chat/completions" if chat_api else "/completions"
+            body = (self._chat_body(constraints.PROBE_MESSAGES, 1, None, False) if chat_api
+                    else self._next_token_body(constraints.PROBE_TEXT, 1, None))  # each form sets its max_tokens
+            forms, bias = self.http.run(constraints.probe_constraints(self.http, path, body, self.tokenizer))
+            top_k = {"echo": None, "top_logprobs": TOP_LOGPROBS, "first_token": self.top_k, "none": None}[self.mode]
+            self._capabilities = Capabilities(self.pool.servers[0].url, "/v1" + path, self.mode != "none", top_k,
+                                              forms, bias)
+        return self._capabilities
 
     @property
     def stats(self) -> dict[str, ServerStats]:
@@ -267,7 +295,8 @@ class OpenAIBackend(Backend):
         if self.mode == "none":
             raise UserError(f"{self.pool.servers[0].url} returns no log-probs, so labels cannot be "
                             "scored: use --serve generate")
-        scorer = {"echo": self._score_echo, "top_logprobs": self._score_top, "first_token": self._score_chat}[self.mode]
+        scorer = {"echo": self._score_echo, "top_logprobs": partial(score_top, self),
+                  "first_token": self._score_chat}[self.mode]
         return self.http.gather([scorer(r) for r in requests])
 
     async def _score_chat(self, request: ScoreRequest) -> ScoreResult:
@@ -299,50 +328,21 @@ class OpenAIBackend(Backend):
         return ScoreResult(tuple(sum(lps) for lps, _ in spans), spans[0][1] if spans else 0,
                            sum(len(lps) for lps, _ in spans))
 
-    async def _score_top(self, request: ScoreRequest) -> ScoreResult:
-        """Each label piece by piece: the longest top-list token that continues it, then the next
-        position; prefixes shared by labels are asked once."""
-        asked: dict[str, tuple[dict[str, float], dict]] = {}
-
-        async def top_after(prefix: str) -> dict[str, float]:
-            if prefix not in asked:
-                asked[prefix] = await self._next_top(request.text + prefix)
-            return asked[prefix][0]
-
-        scores, pieces = [], 0
-        for continuation in request.continuations:
-            done, total = 0, 0.0
-            while done < len(continuation):
-                top = await top_after(continuation[:done])
-                found = next_piece(top, continuation[done:])
-                if found is None:
-                    total += min(top.values()) - math.log(2.0)  # below everything in the top list
-                    break
-                done, total, pieces = done + len(found[0]), total + found[1], pieces + 1
-            scores.append(total)
-        prompt_tokens = asked[""][1].get("usage", {}).get("prompt_tokens", 0) if "" in asked else 0
-        return ScoreResult(tuple(scores), prompt_tokens, pieces)
-
-    async def _next_top(self, text: str) -> tuple[dict[str, float], dict]:
-        """Top next-token log-probs after `text` (and the response). When the likeliest next token
-        ends the text, some servers (llama-cpp-python) return no completion token and so no
-        log-probs; their shifted echo still holds them at the last prompt position."""
-        response = await self.http.post("/completions", self._next_token_body(text, 1, TOP_LOGPROBS))
-        tops = (response["choices"][0].get("logprobs") or {}).get("top_logprobs") or []
-        if tops and tops[0]:
-            return tops[0], response
-        if self._echo_shifted:
-            echoed = await self.http.post("/completions", self._echo_body(text, TOP_LOGPROBS))
-            top = last_prompt_top(echoed["choices"][0]["logprobs"], len(text))
-            if top:
-                return top, response
-        raise ServerError(f"the server gave no next-token log-probs after {text[-40:]!r} (the likeliest "
-                          "next token ends the text): use --serve generate")
-
     @property
     def decodes_together(self) -> bool:
         """A call's requests are sent at once: a server batches concurrent requests (vLLM, llama.cpp's slots)."""
         return self.pool.concurrency * len(self.pool.servers) > 1
+
+    def first_tokens(self, texts: Sequence[str]) -> list[int] | None:
+        """With the model's tokenizer (`--tokenizer`, or the embedded one a server runs): what `logit_bias` names."""
+        return None if self.tokenizer is None else TokenizerBackend.first_tokens(self, texts)  # type: ignore[arg-type]
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """serve choice: the server decodes each answer under the first exact constraint it honours (`openai_choice`)."""
+        form = next((f for f in self.capabilities().constraints if f in EXACT_CHOICE), None)
+        if form is None:
+            raise UserError(f"serve choice: {self.capabilities().refusal('choice')}")
+        return self.http.gather([choose_one(self, r, form) for r in requests])
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         one = self._generate_chat if self.api == "chat" else self._generate_one

@@ -10,27 +10,15 @@ applies it; a label whose first token is not listed gets a bound below the list,
 
 from __future__ import annotations
 
-import json
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from prompttune.backends import openai_chat as chat
 from prompttune.backends.constrained import first_logprobs
 from prompttune.backends.openai_completions import TOP_LOGPROBS, next_piece
+from prompttune.backends.openai_constraints import constraint_fields
 from prompttune.backends.openai_http import ServerError
 from prompttune.core.types import ChoiceRequest, ChoiceResult
-
-if TYPE_CHECKING:
-    from prompttune.backends.openai_backend import OpenAIBackend
-
-CHOICE_FORMS = ("grammar", "structured_outputs", "guided_choice")  # exact constrained decoding over a choice
-
-
-def constraint_fields(form: str, choices: Sequence[str]) -> dict[str, Any]:
-    """The request fields that hold the server's answer to one of `choices`, in its `form`."""
-    if form == "grammar":
-        return {"grammar": "root ::= " + " | ".join(json.dumps(c) for c in choices)}
-    return {"structured_outputs": {"choice": list(choices)}} if form == "structured_outputs" else {form: list(choices)}
 
 
 def _label_scores(top: dict[str, float] | None, labels: Sequence[str]) -> dict[str, float]:
@@ -42,7 +30,7 @@ def _label_scores(top: dict[str, float] | None, labels: Sequence[str]) -> dict[s
     return {label: found[1] if (found := next_piece(top, label)) else floor for label in labels}
 
 
-async def choose_one(backend: "OpenAIBackend", request: ChoiceRequest, form: str) -> ChoiceResult:
+async def choose_one(backend: Any, request: ChoiceRequest, form: str) -> ChoiceResult:
     """One constrained greedy answer from the server; its index among the request's choices."""
     max_tokens = max(backend.count_tokens(list(request.choices), continuation=True))
     if backend.api == "chat":

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from prompttune.backends.openai_http import ServerError
+from prompttune.core.types import ScoreRequest, ScoreResult
 
 log = logging.getLogger(__name__)
 
@@ -39,3 +41,44 @@ def next_piece(top: dict[str, float], rest: str) -> tuple[str, float] | None:
         return None
     piece = max(pieces, key=len)
     return piece, float(top[piece])
+
+
+async def score_top(backend: Any, request: ScoreRequest) -> ScoreResult:
+    """Each label piece by piece: the longest top-list token that continues it, then the next
+    position; prefixes shared by labels are asked once."""
+    asked: dict[str, tuple[dict[str, float], dict]] = {}
+
+    async def top_after(prefix: str) -> dict[str, float]:
+        if prefix not in asked:
+            asked[prefix] = await next_top(backend, request.text + prefix)
+        return asked[prefix][0]
+
+    scores, pieces = [], 0
+    for continuation in request.continuations:
+        done, total = 0, 0.0
+        while done < len(continuation):
+            top = await top_after(continuation[:done])
+            found = next_piece(top, continuation[done:])
+            if found is None:
+                total += min(top.values()) - math.log(2.0)  # below everything in the top list
+                break
+            done, total, pieces = done + len(found[0]), total + found[1], pieces + 1
+        scores.append(total)
+    prompt_tokens = asked[""][1].get("usage", {}).get("prompt_tokens", 0) if "" in asked else 0
+    return ScoreResult(tuple(scores), prompt_tokens, pieces)
+
+async def next_top(backend: Any, text: str) -> tuple[dict[str, float], dict]:
+    """Top next-token log-probs after `text` (and the response). When the likeliest next token
+    ends the text, some servers (llama-cpp-python) return no completion token and so no
+    log-probs; their shifted echo still holds them at the last prompt position."""
+    response = await backend.http.post("/completions", backend._next_token_body(text, 1, TOP_LOGPROBS))
+    tops = (response["choices"][0].get("logprobs") or {}).get("top_logprobs") or []
+    if tops and tops[0]:
+        return tops[0], response
+    if backend._echo_shifted:
+        echoed = await backend.http.post("/completions", backend._echo_body(text, TOP_LOGPROBS))
+        top = last_prompt_top(echoed["choices"][0]["logprobs"], len(text))
+        if top:
+            return top, response
+    raise ServerError(f"the server gave no next-token log-probs after {text[-40:]!r} (the likeliest "
+                      "next token ends the text): use --serve generate")

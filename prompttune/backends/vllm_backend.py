@@ -11,9 +11,11 @@ single-token labels cost one request per prompt.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from prompttune.backends.base import TokenizerBackend
+from prompttune.backends.capabilities import IN_PROCESS, Capabilities
 from prompttune.core.errors import UserError
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
@@ -76,6 +78,10 @@ class VLLMBackend(TokenizerBackend):
     @property
     def decodes_together(self) -> bool:
         return True  # one `llm.generate` over the call's prompts
+
+    def capabilities(self) -> Capabilities:
+        """Everything in process; constrained decoding by vLLM's structured outputs, `logit_bias` beside it."""
+        return replace(IN_PROCESS, constraints=("structured_outputs",))
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]

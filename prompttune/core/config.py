@@ -71,6 +71,8 @@ class RunConfig(BackendConfig):
                                                  "offsets applied), generate (the model answers, a label is read "
                                                  "from its text), choice (constrained decoding over the labels); "
                                                  "None: the task file's `serve:`, else logprobs")
+    capabilities: dict[str, Any] | None = Field(None, description="what the target honours, probed as the run "
+                                                                "opens (written by the run: Capabilities.record)")
     objective: str = "accuracy"
     alpha: float = Field(0.05, gt=0, lt=1, description="level of the held-out test that decides what ships")
     confirm_top: int = Field(1, gt=0, description="test the top K dev candidates on test, Holm over K")

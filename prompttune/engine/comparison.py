@@ -178,10 +178,14 @@ def run_compare(config: RunConfig, arms: list[str], seeds: list[int], options: d
     in_workers = jobs > 1 or executor != "process"
     if in_workers and backend is not None and backend_factory is None:
         raise UserError("--jobs > 1 or --executor ray gives every worker its own model: pass backend_factory, not a backend")
+    given = config
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, data, executor,
                                   check_generation)
     first = draws[seeds[0]]
     with open_run(config, backend, build=backend_factory or build_backend, quietly=not progress) as model:
+        capabilities = model.backend.capabilities()
+        capabilities.require(config.contract, run_contract(given, first.task)[1])  # before the run directory
+        config = config.model_copy(update={"capabilities": capabilities.record()})
         watch = ModelWatch(model.backend, first.task)
         run_dir = model.directory(config.runs_dir, f"{first.task.name}-compare", json.dumps(
             {"run": config.model_dump(), "mode": mode, "optimizers": arms, "seeds": seeds, "options": options,

@@ -14,6 +14,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from prompttune.backends.capabilities import Capabilities
 from prompttune.backends.factory import build_backend
 from prompttune.comparing.arms import arm_config
 from prompttune.comparing.coverage import MODES
@@ -38,12 +39,14 @@ PROBE_EXAMPLES = 8
 
 @dataclass(frozen=True)
 class Probe:
-    """The baseline timed on a few dev examples: the model's rate, so the times a plan gives are estimates."""
+    """The baseline timed on a few dev examples: the model's rate, so the times a plan gives are estimates; and
+    what the target honours."""
 
     model: str
     calls: int
     tokens_per_call: float
     seconds_per_call: float
+    capabilities: Capabilities
 
     def tokens_text(self, calls: int, cap_tokens: int | None) -> str:
         """The token cap, else what `calls` calls cost at the probe's tokens per call."""
@@ -60,16 +63,20 @@ class Probe:
                 f"call): {times} ({note})")
 
 
-def probe(config: RunConfig, task: Task, context: SearchContext, examples: int = PROBE_EXAMPLES) -> Probe:
-    """Time the baseline of `context` on its first `examples` dev examples of `task`."""
+def probe(config: RunConfig, task: Task, context: SearchContext, declared: bool,
+          examples: int = PROBE_EXAMPLES) -> Probe:
+    """What the target honours (a contract it cannot honour is one line, as the run says it), then time the
+    baseline of `context` on its first `examples` dev examples of `task`."""
     ledger = BudgetLedger()
     with closing(build_backend(config)) as model, closing(ResultCache(":memory:")) as cache:
+        capabilities = model.capabilities()
+        capabilities.require(context.serve, declared)
         evaluator = build_evaluator(config, model, task.splits["dev"], task.splits["train"], cache, ledger)
         started = time.perf_counter()
         evaluator.evaluate(context.space.default_candidate().spec, context.dev_ids[:examples])
         seconds = time.perf_counter() - started
         return Probe(model.model_id, ledger.calls, ledger.tokens / max(ledger.calls, 1),
-                     seconds / max(ledger.calls, 1))
+                     seconds / max(ledger.calls, 1), capabilities)
 
 
 def strategy_line(config: RunConfig, context: SearchContext) -> str | None:
@@ -96,6 +103,7 @@ class RunPlan:
     def lines(self) -> list[str]:
         """The plan as `optimize --dry-run` prints it."""
         return [f"dry run: {self.optimizer} on {self.probe.model}; no search call made", self.contract,
+                self.probe.capabilities.describe(),
                 *([self.strategy] if self.strategy else []),
                 f"search: at most {self.search_calls} model calls (--budget), "
                 f"{self.probe.tokens_text(self.search_calls, self.search_tokens)}",
@@ -121,7 +129,7 @@ def plan_run(config: RunConfig, probe_examples: int = PROBE_EXAMPLES) -> RunPlan
     held_back = config.budget - search_budget(config, task)
     kept = f"; {held_back} of the budget's calls kept back to rescore the finalists by generation" if held_back else ""
     return RunPlan(config.optimizer, strategy_line(config, context), config.budget, config.budget_tokens,
-                   2 * test_size, probe(config, visible, context, probe_examples), test_size, config.alpha,
+                   2 * test_size, probe(config, visible, context, declared, probe_examples), test_size, config.alpha,
                    config.confirm_top, contract.contract_line(serve, declared) + kept)
 
 
@@ -170,6 +178,7 @@ class ComparePlan:
         return [
             f"dry run: compare, {MODES[self.mode]} (--mode {self.mode}), {len(self.arms)} optimizers × "
             f"{len(self.seeds)} seeds on {self.probe.model}; no search call made",
+            self.probe.capabilities.describe(),
             f"checked as compare checks them before any model loads, each arm at each seed's data draw (seeds "
             f"{', '.join(map(str, self.seeds))}; split seeds {', '.join(map(str, self.split_seeds))}): the "
             "optimizer and its options, dev split and cap, what it searches of the space, its schedule or DSPy's "
@@ -196,6 +205,7 @@ def plan_compare(config: RunConfig, arms: list[str], seeds: list[int], options: 
                  check_generation: int = 0) -> ComparePlan:
     """Check the comparison as `run_compare` would (`check_compare`), then time the baseline once, on
     `probe_examples` dev examples of the first seed's draw."""
+    given = config
     config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, executor=executor,
                                   check_generation=check_generation)
     first = draws[seeds[0]]
@@ -205,4 +215,5 @@ def plan_compare(config: RunConfig, arms: list[str], seeds: list[int], options: 
     return ComparePlan(mode, plans, seeds, [d.config.split_seed for d in draws.values()],
                        caps_of(match, config.budget, config.budget_tokens),
                        [len(d.task.splits["test"]) for d in draws.values()],
-                       probe(config, first.task, first.contexts[arms[0]], probe_examples))
+                       probe(config, first.task, first.contexts[arms[0]], run_contract(given, first.task)[1],
+                             probe_examples))

@@ -146,14 +146,19 @@ def run_study(config: RunConfig, *, task: Task | None = None, space: SearchSpace
 
 def open_study(run: OpenedRun, resources: ExitStack, declared: bool, resume_dir: Path | None, record: bool,
                handle_signals: bool) -> None:
-    """Open the run: a proposer model where one is named, the run's first lines, the checks that need the
-    model, the run directory (new, or `resume_dir` taken back), signal handling and the cache."""
-    config, task, console = run.config, run.task, run.console
+    """Open the run: what the target honours (a contract it cannot honour is one line here), a proposer model
+    where one is named, the run's first lines, the checks that need the model, the run directory (new, or
+    `resume_dir` taken back), signal handling and the cache."""
+    capabilities = run.backend.capabilities()
+    capabilities.require(run.config.contract, declared)  # one line before anything is printed or charged
+    run.config = config = run.config.model_copy(update={"capabilities": capabilities.record()})
+    task, console = run.task, run.console
     run.proposer_backend = (run.model.hold(build_proposer_backend, config) if config.proposer_model
                             else run.backend)
     run.counts_at_start = run.backend.server_counts()
     console.print(contract.contract_line(config.contract, declared))  # the run's first line, once the model answers
     console.print(run.backend.describe())
+    console.print(capabilities.describe())
     if task.split_note:
         console.print(f"task {task.name}: splits train {len(task.splits['train'])} / dev {len(task.splits['dev'])} "
                       f"/ test {len(task.splits['test'])}, {task.split_note}", markup=False)
@@ -214,16 +219,20 @@ def run_result(run: OpenedRun, searched: Searched, judged: Judged) -> RunResult:
 
 def check_contract(context: SearchContext, backend: Backend, console: Console) -> None:
     """Before the search: a baseline whose label offsets the contract cannot apply is one line; under `choice`,
-    whether `logit_bias` can carry label offsets for the baseline's labels (said once when it cannot)."""
+    whether the target's `logit_bias` can carry label offsets for the baseline's labels (said once when it
+    cannot)."""
     baseline = context.space.default_candidate()
     if not contract.admits(context.serve, backend, baseline.spec):
         raise UserError(f"serve {context.serve}: the baseline prompt carries label offsets (calibrate or label_bias) "
                         "that production under this contract cannot apply; remove them from the space's base prompt")
     if context.serve == "choice":
-        context.label_offsets = contract.distinct_first_tokens(backend, baseline.spec)
+        context.label_offsets = contract.offsets_fit("choice", backend, baseline.spec)
         if not context.label_offsets:
-            console.print("serve choice: two labels share a first token of the model's tokenizer (or the tokenizer "
-                          "is unknown), so logit_bias cannot shift them apart: no calibrated candidate is tried")
+            why = ("two labels share a first token of the model's tokenizer (or the tokenizer is unknown)"
+                   if backend.capabilities().logit_bias else
+                   "the target is not known to honour logit_bias under its constraint")
+            console.print(f"serve choice: {why}, so logit_bias cannot shift the labels apart: no calibrated "
+                          "candidate is tried")
 
 
 def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace | None = None,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterable
 from rich.console import Console
 from rich.table import Table
 
+from prompttune.backends.capabilities import Capabilities
 from prompttune.core.storage import write_atomic
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
@@ -249,6 +250,8 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         "",
         scoring_line(config.contract),
         "",
+        *([f"Probed before the run: {Capabilities.from_record(config.capabilities).describe()}.", ""]
+          if config.capabilities else []),
         f"Policy: dev selects; the test split, never seen by the optimizer, decides with one exact one-sided "
         f"McNemar test of the top {v.top_k} dev candidate(s) against the baseline at α = {v.alpha:.3g}"
         f"{' (Holm over K)' if v.top_k > 1 else ''}"

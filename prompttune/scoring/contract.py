@@ -72,9 +72,12 @@ def choice_bias(spec: PromptSpec) -> tuple[float, ...]:
 
 
 def offsets_fit(serve: Serve, backend: Backend, spec: PromptSpec) -> bool:
-    """Whether production under `serve` can apply the prompt's label offsets exactly as the run scored them."""
+    """Whether production under `serve` can apply the prompt's label offsets exactly as the run scored them: under
+    `choice`, as a first-token `logit_bias` the target honours under its constraint (batch offsets only: a
+    contextual bias is measured per server) on labels whose first tokens are distinct."""
     if serve == "choice":
-        return not spec.calibrate and distinct_first_tokens(backend, spec)
+        return (not spec.calibrate and bool(backend.capabilities().logit_bias)
+                and distinct_first_tokens(backend, spec))
     return serve == "logprobs"
 
 

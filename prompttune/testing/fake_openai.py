@@ -9,6 +9,19 @@ import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+CONSTRAINT_FIELDS = ("grammar", "structured_outputs", "guided_choice", "response_format")
+
+
+def _forced(field: str, value: Any) -> str:
+    """The answer a server honouring the constraint `field` gives: its first choice (as the backend's probe
+    writes each field)."""
+    if field == "grammar":
+        return value.split('"')[1]
+    if field == "response_format":
+        return json.dumps({"label": value["json_schema"]["schema"]["properties"]["label"]["enum"][0]})
+    return (value["choice"] if field == "structured_outputs" else value)[0]
 
 
 class _Listener(ThreadingHTTPServer):
@@ -28,12 +41,18 @@ class FakeServer:
     backend's probe does. `completions=False` makes it a chat-only server (404 on /completions);
     `chat_bodies` keeps every chat request. `keep_alive` answers over HTTP/1.1 persistent connections, as
     vLLM does (benchmarks); by default each connection closes after one answer, so that a server that
-    stops answers no more on a connection already open."""
+    stops answers no more on a connection already open.
+
+    Constraint fields (`CONSTRAINT_FIELDS`) are ignored, as most servers ignore a field they do not know,
+    except those named in `honours`, answered with their first choice (a `logit_bias` never flips it);
+    with `rejects`, a request holding any other is answered 400."""
 
     def __init__(self, delay: float = 0.0, port: int = 0, echo: bool = True, varied: bool = False,
                  die_after: int | None = None, completions: bool = True, prefill: bool = False,
-                 max_top: int = 20, chat_top: dict[str, float] | None = None, keep_alive: bool = False) -> None:
+                 max_top: int = 20, chat_top: dict[str, float] | None = None, keep_alive: bool = False,
+                 honours: tuple[str, ...] = (), rejects: bool = False) -> None:
         self.echo, self.varied, self.die_after, self.keep_alive = echo, varied, die_after, keep_alive
+        self.honours, self.rejects = honours, rejects
         self.offers_completions, self.prefill, self.max_top = completions, prefill, max_top
         self.chat_top = chat_top if chat_top is not None else {"red": -0.5, "green": -1.5, "blue": -2.5}
         self.chat_bodies: list[dict] = []
@@ -81,9 +100,13 @@ class FakeServer:
             return 400, {"error": {"message": f"top_logprobs must be at most {self.max_top}"}}
         if status != 200:
             return status, {"error": {"message": "busy\nsecond line"}}
+        fields = [name for name in CONSTRAINT_FIELDS if name in body]
+        if self.rejects and any(name not in self.honours for name in fields):
+            return 400, {"error": {"message": f"unknown field: {fields[0]}"}}
+        forced = next((_forced(name, body[name]) for name in fields if name in self.honours), None)
         if chat:
-            return 200, self._chat(body)
-        prompt, completion = body["prompt"], "x" * body["max_tokens"]
+            return 200, self._chat(body, forced)
+        prompt, completion = body["prompt"], forced or "x" * body["max_tokens"]
         full = prompt + completion
         text = full if body.get("echo") else completion
         start = len(full) - len(text)  # offsets count from the prompt's start
@@ -95,12 +118,12 @@ class FakeServer:
         return 200, {"choices": [{"text": text, "logprobs": logprobs}],
                      "usage": {"prompt_tokens": len(prompt), "completion_tokens": body["max_tokens"]}}
 
-    def _chat(self, body: dict) -> dict:
+    def _chat(self, body: dict, forced: str | None) -> dict:
         with self._lock:
             self.chat_bodies.append(body)
         messages, n = body["messages"], body["max_tokens"]
         go_on = self.prefill and body.get("continue_final_message") and messages[-1]["role"] == "assistant"
-        tokens = ([" Paris"] if go_on else []) + ["x"] * n
+        tokens = [forced] if forced else ([" Paris"] if go_on else []) + ["x"] * n
         top = [{"token": t, "logprob": lp} for t, lp in sorted(self.chat_top.items(), key=lambda kv: -kv[1])]
         listed = top[:body.get("top_logprobs") or 0]
         logprobs = {"content": [{"token": t, "logprob": -1.0, "top_logprobs": listed} for t in tokens[:n]]}
