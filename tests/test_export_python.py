@@ -12,23 +12,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from types import ModuleType
 
-import httpx
 import pytest
 from rich.console import Console
 
 from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
-from prompttune.engine import export as export_module
 from prompttune.engine.export import export
 from prompttune.engine.study import run_study
-from prompttune.results import prompt_formats
-from prompttune.scoring import extraction
+from prompttune.scoring import contract, extraction
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
+from prompttune.scoring.prediction import label_bias
 from prompttune.search_spaces import default_space
-from prompttune.search_spaces.prompt import render
 from tests.llama_server import llama_server  # noqa: F401  (session fixture)
 from tests.support import oracle_config, task_of
 
@@ -159,37 +156,33 @@ def test_a_generated_run_is_reproduced_by_its_module(tmp_path: Path, data_dir: P
 
 
 @pytest.mark.integration
-def test_a_choice_exports_logit_bias_that_gives_the_runs_label_under_a_llama_cpp_grammar(
-        tmp_path: Path, data_dir: Path, llama_server: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
-    for module in (export_module, prompt_formats):  # the formats and the writers both read the contract
-        monkeypatch.setattr(module, "serving_contract", lambda config: "choice")
-    config = oracle_config(tmp_path, task="sst2", data_dir=str(data_dir), backend="openai", base_url=[llama_server],
-                           model=EMBEDDED_MODEL, api="chat", train_size=16, dev_size=8, test_size=16)
+def test_a_calibrated_choice_run_is_reproduced_by_its_module_under_the_servers_grammar(
+        tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
+    """AG News's labels (` Sci/Tech` is several tokens) decoded by the llama.cpp server under its grammar, with
+    batch offsets as a first-token logit_bias that flips some answers: the exported module, calling the same
+    server with a grammar and that logit_bias, gives the run's label on every test example."""
+    config = oracle_config(tmp_path, task="agnews", data_dir=str(data_dir), backend="openai", base_url=[llama_server],
+                           model=EMBEDDED_MODEL, serve="choice", train_size=16, dev_size=8, test_size=20)
     test = task_of(config).splits["test"]
     ids = [ex.id for ex in test]
     backend = build_backend(config)
-    evaluator = Evaluator(backend, {ex.id: ex for ex in test}, {}, ResultCache(":memory:"), BudgetLedger())
-    spec = default_space(task_of(config)).default_candidate().spec
-    # Offsets that flip about half the raw labels, so the logit_bias has work to do: the middle of the widest gap
-    # between the labels' margins in the middle half, far from a tie (llama.cpp's logits are float32).
-    margins = sorted(r.label_logprobs[1] - r.label_logprobs[0] for r in evaluator.evaluate(spec, ids))
-    quarter = len(margins) // 4
-    low, high = max(zip(margins[quarter:-quarter], margins[quarter + 1:-quarter + 1]), key=lambda m: m[1] - m[0])
-    spec = spec.with_updates(label_bias=(0.0, (low + high) / 2))
-    want = [spec.label_words[r.pred] for r in evaluator.evaluate(spec, ids)]  # as the run's verdict reads them
+    assert "grammar" in backend.capabilities().constraints and backend.capabilities().logit_bias
+    evaluator = Evaluator(backend, {ex.id: ex for ex in test}, {}, ResultCache(":memory:"), BudgetLedger(),
+                          scoring="choice")
+    spec = default_space(task_of(config)).default_candidate().spec.with_updates(
+        label_words=("World", "Sports", "Business", "Sci/Tech"))  # AG News's own names
+    raw = evaluator.evaluate(spec, ids)
+    spec = spec.with_updates(label_bias=tuple(round(x, 6) for x in label_bias(raw)))
+    assert contract.admits("choice", backend, spec)
+    calibrated = evaluator.evaluate(spec, ids)
+    assert any(a.pred != b.pred for a, b in zip(raw, calibrated))  # the logit_bias has work to do
+    backend.close()
     run = tmp_path / "run"
     run.mkdir()
     (run / "config.json").write_text(config.model_dump_json())
     (run / "best_prompt.json").write_text(json.dumps({"candidate_id": "x", "spec": asdict(spec)}))
-    choice = json.loads(export(run, "openai-chat", tmp_path / "out")[0].read_text())["choice"]
-    assert choice["logit_bias"], choice["logit_bias_note"]
-    grammar = "root ::= " + " | ".join(json.dumps(word) for word in choice["choices"])
-    got = []
-    for example in test:
-        body = {"model": backend.model, "messages": json.loads(backend.to_text(render(spec, example, []))),
-                "max_tokens": 1, "temperature": 0.0, "grammar": grammar, "logit_bias": choice["logit_bias"]}
-        got.append(httpx.post(f"{llama_server}/chat/completions", json=body, timeout=120).json()[
-            "choices"][0]["message"]["content"].strip())
-    backend.close()
-    assert got == want
-    assert len(set(want)) == 2
+    module = _load(export(run, "python", tmp_path / "out")[0])
+    assert module.CONTRACT["constrained"]["logit_bias"]
+    labels = [module.classify(example.fields, base_url=llama_server) for example in test]
+    assert labels == [spec.label_words[r.pred] for r in calibrated]
+    assert module._default._constraint == "grammar"

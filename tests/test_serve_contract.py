@@ -13,6 +13,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.types import ChoiceRequest
 from prompttune.engine import comparison, evaluate, study
 from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.setup import load_run_task, load_space
@@ -26,14 +27,16 @@ from prompttune.scoring.contract import (
     GENERATION,
     MIN_FINALIST_EXAMPLES,
     calls_reserved,
+    choice_bias,
     contract_line,
     finalist_examples,
     least_budget,
 )
 from prompttune.scoring.prompt_sources import NamedPrompt
 from prompttune.scoring.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
+from prompttune.search_spaces.prompt import render, select_demos
 from prompttune.testing import colours_task_file
-from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
+from tests.support import CountingBackend, model_calls, oracle_config, oracle_for, task_of
 
 README_TASK = Path(__file__).resolve().parent.parent / "examples" / "custom_task" / "reviews_with_prompt.yaml"
 SIZES = ["--budget", "400", "--train-size", "60", "--dev-size", "60", "--test-size", "90"]
@@ -379,3 +382,24 @@ def test_serve_generate_with_the_embedded_model(data_dir: Path, tmp_path: Path, 
     leader = verdict.leader_confirmation
     assert [s.accuracy for s in evaluation.settings[0].scores] == [leader.baseline_accuracy, leader.best_accuracy]
     assert "valid responses (generation)" in (result.run_dir / "report.md").read_text()
+
+
+@pytest.mark.integration
+def test_serve_choice_with_the_embedded_model(data_dir: Path, tmp_path: Path, embedded_model) -> None:
+    """The real model under `serve: choice`: reflect searches and the verdict confirms by constrained decoding (no
+    label-score call at all), its calibrated twins carry first-token logit_bias offsets, and every test record's
+    label is the one the backend's constrained decoding gives for that prompt."""
+    config = RunConfig(task="agnews", data_dir=str(data_dir), serve="choice", budget=160, train_size=16,
+                       dev_size=24, test_size=12, runs_dir=str(tmp_path))
+    result = run_study(config, backend=embedded_model)
+    assert result.ledger.calls_by_kind.keys() <= {"choice", "propose", "critique"}
+    assert result.confirm_ledger.calls_by_kind.keys() == {"choice"}
+    assert any(t.get("spec", {}).get("label_bias") for t in result.trials.load())  # calibrated twins were raced
+    verdict = result.verdict
+    test = {ex.id: ex for ex in task_of(config).splits["test"]}
+    shipped = verdict.shipped.spec
+    demos = select_demos(shipped, {ex.id: ex for ex in task_of(config).splits["train"]})
+    prompts = [render(shipped, test[i], demos) for i in verdict.test_ids]
+    requests = [ChoiceRequest(embedded_model.to_text(p), p.label_continuations, choice_bias(shipped)) for p in prompts]
+    assert [r.pred for r in verdict.records[verdict.shipped.id]] == [c.choice for c in embedded_model.choose(requests)]
+    assert "constrained decoding" in (result.run_dir / "report.md").read_text()
