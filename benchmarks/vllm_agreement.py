@@ -2,7 +2,10 @@
 
 The reference is the transformers backend (`--save`); vLLM's offline engine and servers are
 compared against it (`--against`): same argmax label on >= `--min-agreement` of the prompts,
-plus a summary of the per-label log-prob differences and of greedy generations.
+plus a summary of the per-label log-prob differences and of greedy generations; and `serve: choice`'s
+constrained decoding (`Backend.choose`: vLLM's structured-outputs choice, the server's own, the reference's
+vocabulary walk) on AG News's labels (` Sci/Tech` is several tokens), with first-token offsets, and on labels
+sharing a first token: the same answer on >= `--min-agreement` of the prompts in each case.
 
 Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/vllm_agreement.py --backend transformers \
        --dtype fp32 --save ref.json
@@ -21,9 +24,13 @@ from pathlib import Path
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import add_backend_arguments, backend_options, build_backend
 from prompttune.core.config import BackendConfig
-from prompttune.core.types import GenerateRequest, ScoreRequest
+from prompttune.core.types import ChoiceRequest, GenerateRequest, ScoreRequest
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
+
+AGNEWS = (" World", " Sports", " Business", " Sci/Tech")
+CHOICE_CASES = {"agnews labels": (AGNEWS, ()), "agnews labels, offsets": (AGNEWS, (1.5, -0.5, 0.8, 2.5)),
+                "one first token": ((" Sci", " Sci/Tech", " Sci/Fi"), ())}
 
 
 def _report(label: str, count: int, unit: str, started: float) -> None:
@@ -43,8 +50,14 @@ def measure(backend: Backend, n: int, n_generate: int, max_new_tokens: int) -> d
     started = time.perf_counter()
     outs = backend.generate([GenerateRequest(r.text, max_new_tokens) for r in scoring[:n_generate]])
     _report("generation", sum(o.completion_tokens for o in outs), "tokens", started)
+    choices = {}
+    for name, (labels, bias) in CHOICE_CASES.items():
+        started = time.perf_counter()
+        choices[name] = [c.choice for c in backend.choose([ChoiceRequest(r.text, labels, bias) for r in scoring])]
+        _report(f"constrained decoding ({name})", len(scoring), "prompts", started)
     return {"model_id": backend.model_id, "logprobs": [list(s.logprobs) for s in scores],
-            "labels": [ex.label for ex in task.splits["test"]], "generations": [o.text for o in outs]}
+            "labels": [ex.label for ex in task.splits["test"]], "generations": [o.text for o in outs],
+            "choices": choices}
 
 
 def compare(got: dict, ref: dict, min_agreement: float) -> bool:
@@ -62,7 +75,11 @@ def compare(got: dict, ref: dict, min_agreement: float) -> bool:
     print(f"  |log-prob difference| per label: median {statistics.median(diffs):.4f}, "
           f"p95 {diffs[int(0.95 * (len(diffs) - 1))]:.4f}, max {diffs[-1]:.4f}")
     print(f"  greedy generations identical: {same_text}/{len(got['generations'])}")
-    return agree >= min_agreement
+    chose = {name: sum(a == b for a, b in zip(got["choices"][name], answers)) / len(answers)
+             for name, answers in ref["choices"].items()}
+    for name, share in chose.items():
+        print(f"  constrained decoding, {name}: the same answer on {share:.1%} of {len(pairs)} prompts")
+    return agree >= min_agreement and min(chose.values()) >= min_agreement
 
 
 def main() -> int:

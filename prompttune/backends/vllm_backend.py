@@ -16,8 +16,9 @@ from typing import Any
 
 from prompttune.backends.base import TokenizerBackend
 from prompttune.backends.capabilities import IN_PROCESS, Capabilities
+from prompttune.backends.constrained import first_logprobs, first_token_bias
 from prompttune.core.errors import UserError
-from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from prompttune.core.types import ChoiceRequest, ChoiceResult, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 _DTYPES = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
 
@@ -82,6 +83,30 @@ class VLLMBackend(TokenizerBackend):
     def capabilities(self) -> Capabilities:
         """Everything in process; constrained decoding by vLLM's structured outputs, `logit_bias` beside it."""
         return replace(IN_PROCESS, constraints=("structured_outputs",))
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        """serve choice: vLLM's own structured-outputs choice, greedy, the first-token bias as `logit_bias`, as
+        `vllm serve` decodes it; the label scores are the choices' first tokens' log-probs (raw, as vLLM reports
+        them), biased as `logit_bias` shifts them."""
+        from vllm.sampling_params import StructuredOutputsParams
+
+        prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]
+        labels = [[self.tokenizer(c, add_special_tokens=False).input_ids for c in r.choices] for r in requests]
+        firsts = [[ids[0] for ids in per_label] for per_label in labels]
+        biases = [first_token_bias(first, r.first_token_bias) for first, r in zip(firsts, requests)]
+        params = [self._vllm.SamplingParams(max_tokens=max(len(ids) for ids in per_label) + 1, temperature=0.0,
+                                            structured_outputs=StructuredOutputsParams(choice=list(r.choices)),
+                                            logit_bias=bias or None, logprob_token_ids=sorted(set(first)))
+                  for r, per_label, first, bias in zip(requests, labels, firsts, biases)]
+        results = []
+        for r, prompt, first, bias, out in zip(requests, prompts, firsts, biases,
+                                               self.llm.generate(prompts, params, use_tqdm=False)):
+            completion = out.outputs[0]
+            step = completion.logprobs[0] if completion.logprobs else {}
+            scores = first_logprobs({t: step[t].logprob for t in first}, first, bias) if step else ()
+            chosen = r.choices.index(completion.text) if completion.text in r.choices else None
+            results.append(ChoiceResult(chosen, scores, len(prompt["prompt_token_ids"]), len(completion.token_ids)))
+        return results
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]
