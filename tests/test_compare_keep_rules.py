@@ -136,7 +136,7 @@ def test_every_arm_declares_its_reach_and_its_hold_options_are_valid() -> None:
     assert set(STRATEGIES) == {*OPTIMIZERS, *DSPY_ARMS}
     for name in OPTIMIZERS:
         for options in STRATEGIES[name].reach.holds.values():
-            STRATEGIES[name].check(dict(options), 300, 60, 60, "logprobs")
+            STRATEGIES[name].check(dict(options), 300, 60, 60)
 
 
 def test_same_space_refuses_an_arm_it_cannot_hold_to_the_space(tmp_path: Path) -> None:

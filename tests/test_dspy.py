@@ -221,21 +221,18 @@ def test_the_cli_names_the_arm_its_minimum_and_the_cap(capsys, tmp_path: Path) -
                                 "valset); the cap is 100: raise --budget to at least 121"
 
 
-def test_under_serve_generate_the_arm_names_the_budget_to_pass_reserve_included(tmp_path: Path) -> None:
-    """--budget 300 leaves the search 152 calls once the finalists' rescoring is kept back: the error names the
-    --budget whose search share pays for the arm's smallest run (401), not the 201 search calls themselves."""
+def test_under_serve_generate_the_arm_names_the_budget_to_pass(tmp_path: Path) -> None:
+    """The search's cap is the whole budget under serve generate too (it keeps nothing back): the error names the
+    --budget that pays for the arm's smallest run."""
     def check(budget: int) -> None:
         config = oracle_config(tmp_path, budget=budget, train_size=120, dev_size=150, serve="generate")
         check_compare(config, ["random", "dspy-copro"], [0], {})
 
     with pytest.raises(UserError) as error:
-        check(300)
+        check(200)
     assert str(error.value) == ("dspy-copro needs at least 201 calls (breadth 2, depth 1 on a 100-example valset); "
-                                "the search's cap is 152 (the budget less what serve generate keeps back to rescore "
-                                "the finalists): raise --budget to at least 401")
-    with pytest.raises(UserError, match="raise --budget to at least 401"):
-        check(400)
-    check(401)
+                                "the cap is 200: raise --budget to at least 201")
+    check(201)
 
 
 def _arm(tmp_path: Path, arm: str, budget: int, backend_for=oracle_for, options: dict | None = None,

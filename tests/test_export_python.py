@@ -149,8 +149,7 @@ def test_a_calibrated_logprobs_run_is_reproduced_by_its_module(
 
 @pytest.mark.integration
 def test_a_generated_run_is_reproduced_by_its_module(tmp_path: Path, data_dir: Path, llama_server: str) -> None:  # noqa: F811
-    # A small dev split (generation is slow on one server thread), rescored whole for the finalists: the module is
-    # checked on what ships.
+    # A small dev split: generation is slow on one server thread.
     result, rows = _served_run(tmp_path, data_dir, llama_server, "generate", dev_size=4, budget=32)
     _reproduces(result, rows, tmp_path, llama_server)
 

@@ -23,14 +23,9 @@ from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.reports.html_report import write_html_report
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.scoring.contract import (
-    FINALISTS,
     GENERATION,
-    MIN_FINALIST_EXAMPLES,
-    calls_reserved,
     choice_bias,
     contract_line,
-    finalist_examples,
-    least_budget,
 )
 from prompttune.scoring.prompt_sources import NamedPrompt
 from prompttune.scoring.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
@@ -100,24 +95,19 @@ def test_serve_generate_ships_no_offsets_and_decides_by_generation(capsys, tmp_p
     assert json.loads((run_dir / "config.json").read_text())["serve"] == "generate"
     facts = json.loads((run_dir / "verdict.json").read_text())
     assert facts["serve"] == "generate" and facts["verdict"]["scored_by"] == "generation"
-    finalists = facts["finalists"]["finalists"]
-    assert len(finalists) >= FINALISTS and facts["verdict"]["baseline"] in {f["candidate_id"] for f in finalists}
-    assert facts["verdict"]["dev_winner"] == finalists[0]["candidate_id"]  # the generated-dev winner was tested
-    kept_back = (FINALISTS + 1) * min(60, 400 // (2 * (FINALISTS + 1)))  # the search's cap was 400 less this
-    assert facts["ledgers"]["search"]["calls_by_kind"]["score"] <= 400 - kept_back
-    assert facts["finalists"]["n"] >= kept_back // (FINALISTS + 1)
-    # The rescoring is charged to the search budget, which held it back: the cap holds.
+    # The search scored every candidate by generation itself: no label-score proxy, no finalists rescored after it.
     search = facts["ledgers"]["search"]
-    assert search["calls"] <= 400 and search["calls_by_kind"]["generate"] == facts["finalists"]["calls"] > 0
+    assert facts["finalists"] is None and "score" not in search["calls_by_kind"]
+    assert search["calls"] <= 400 and search["calls_by_kind"]["generate"] > 0
     assert facts["ledgers"]["confirm"]["calls_by_kind"] == {"generate": facts["ledgers"]["confirm"]["calls"]}
     check = facts["generation_check"]
     assert check["by_verdict"] and {p["role"] for p in check["prompts"]} >= {"baseline"}
     report = (run_dir / "report.md").read_text()
-    assert "Serving contract **`serve: generate`**" in report and "The verdict scored prompts by **generation**" in report
+    assert "Serving contract **`serve: generate`**" in report
+    assert "The search scored every candidate by generation too" in report
     assert "## Served by generation (the verdict, `serve: generate`)" in report and "valid responses (generation)" in report
-    assert "## Finalists rescored by generation" in report
-    page = (run_dir / "report.html").read_text()
-    assert "serve: generate" in page and "Finalists rescored by generation" in page
+    assert "Finalists rescored" not in report
+    assert "serve: generate" in (run_dir / "report.html").read_text()
 
 
 def test_the_same_run_under_logprobs_races_calibrated_twins(capsys, tmp_path: Path) -> None:
@@ -306,44 +296,22 @@ def test_reflect_refuses_calibration_asked_for_under_generate(tmp_path: Path) ->
         run_study(config, backend=generating_oracle(config))
 
 
-def test_a_budget_that_cannot_keep_the_finalists_rescoring_back_is_one_line(tmp_path: Path) -> None:
-    config = oracle_config(tmp_path, serve="generate", budget=70, optimizer="random")
-    with pytest.raises(UserError, match="once 32 calls are kept back to rescore the finalists by generation"):
-        run_study(config, backend=generating_oracle(config))
-
-
-def test_a_budget_error_names_the_budget_to_pass_with_the_finalists_reserve(tmp_path: Path) -> None:
-    """The README's 120-row example under serve generate: --budget 120 leaves reflect's search 60 calls, too few to
-    race on 20 dev examples; the error named 80 (the search's need), which fails too. It names the --budget that
-    passes, reserve included; the one below it fails."""
+def test_the_readme_example_runs_under_serve_generate_and_a_budget_error_names_the_budget_to_pass(
+        tmp_path: Path) -> None:
+    """The README's 120-row example under serve generate: --budget 120 left reflect's search 60 calls once the
+    finalists' rescoring was kept back, too few to race on 20 dev examples. The search now generates itself and
+    keeps nothing back, so 120 runs; a budget below a check names the --budget that passes."""
     def check(budget: int) -> None:
         config = RunConfig(task=str(README_TASK), serve="generate", budget=budget,
                            train_size=30, dev_size=30, test_size=30, runs_dir=str(tmp_path))
         task = load_run_task(config)
         checked_search(config, task, load_space(config, task))
 
-    with pytest.raises(UserError, match=r"search's 60 calls .* raise --budget to at least 156$"):
-        check(120)
-    with pytest.raises(UserError, match="raise --budget to at least 156"):
-        check(155)
-    check(156)
-    with pytest.raises(UserError, match="one full dev evaluation needs 30 calls .*raise --budget to at least 80 or"):
-        check(50)  # 79 leaves the search 43 calls but the finalists 9 examples each: the second check would fail
-
-
-@pytest.mark.parametrize("serve", ["logprobs", "generate"])
-def test_the_budget_named_is_the_least_from_which_every_budget_passes(serve: str) -> None:
-    """The reserve grows in steps (a budget can leave the search more than one a little larger): the budget named is
-    the least from which every budget leaves the search its calls and passes the set-up checks."""
-    def passes(budget: int, search_calls: int, dev_n: int) -> bool:
-        return (budget - calls_reserved(serve, budget, dev_n) >= max(search_calls, dev_n)
-                and (serve != "generate" or finalist_examples(budget, dev_n) >= min(MIN_FINALIST_EXAMPLES, dev_n)))
-
-    for dev_n in (1, 5, 10, 30, 57):
-        for search_calls in (1, dev_n, 80, 201):
-            least = least_budget(serve, search_calls, dev_n)
-            assert all(passes(b, search_calls, dev_n) for b in range(least, 10 * (least + dev_n)))
-            assert not passes(least - 1, search_calls, dev_n)
+    check(120)
+    with pytest.raises(UserError, match=r"reflect: the budget 79 cannot race .* raise --budget to at least 80$"):
+        check(79)
+    with pytest.raises(UserError, match="one full dev evaluation needs 30 calls; raise --budget to at least 30 or"):
+        check(29)
 
 
 def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None:
@@ -360,14 +328,14 @@ def test_the_generation_settings_are_pinned_in_one_place(tmp_path: Path) -> None
 
 @pytest.mark.integration
 def test_serve_generate_with_the_embedded_model(data_dir: Path, tmp_path: Path, embedded_model) -> None:
-    """The real model under `serve: generate`: no trial carries offsets, the finalists and the verdict generate, and
+    """The real model under `serve: generate`: no trial carries offsets, the search and the verdict generate, and
     `evaluate --serve generate` makes the same requests (its cache is the run's) and gives the verdict's accuracies
     on the same test examples."""
     config = RunConfig(task="agnews", data_dir=str(data_dir), serve="generate", optimizer="random", budget=80,
                        train_size=10, dev_size=10, test_size=8, runs_dir=str(tmp_path))
     result = run_study(config, backend=embedded_model)
     assert not any(_offsets(t.get("spec", {})) for t in result.trials.load())
-    assert result.finalists is not None and result.finalists.n == 10 and result.finalists.calls > 0
+    assert result.finalists is None and result.ledger.calls_by_kind.keys() <= {"generate", "propose", "critique"}
     assert result.confirm_ledger.calls_by_kind.keys() == {"generate"}
     verdict = result.verdict
     prompts = [NamedPrompt(role, candidate.spec, role) for role, candidate in
@@ -403,3 +371,29 @@ def test_serve_choice_with_the_embedded_model(data_dir: Path, tmp_path: Path, em
     requests = [ChoiceRequest(embedded_model.to_text(p), p.label_continuations, choice_bias(shipped)) for p in prompts]
     assert [r.pred for r in verdict.records[verdict.shipped.id]] == [c.choice for c in embedded_model.choose(requests)]
     assert "constrained decoding" in (result.run_dir / "report.md").read_text()
+
+
+def test_under_generate_reflect_critiques_what_the_model_wrote(tmp_path: Path) -> None:
+    """The search generates, so reflect's critic reads the answers the model wrote, invalid ones included, not
+    label margins that generation never shows."""
+    def answer(text: str) -> str:  # half the items answered off the list, whatever the prompt
+        if "painted " not in text:
+            return "Name the colour of the item."
+        colour = text.rsplit("painted ", 1)[1].split()[0]
+        return "Sure, a purple one." if int(hashlib.sha256(text.encode()).hexdigest(), 16) % 2 else f"It is {colour}."
+
+    config = oracle_config(tmp_path, serve="generate", budget=400)
+    backend = oracle_for(config)
+    backend.inner.proposals = answer
+    asked: list[str] = []
+    generate = backend.generate
+
+    def watched(requests):
+        asked.extend(r.text for r in requests)
+        return generate(requests)
+
+    backend.generate = watched  # type: ignore[method-assign]
+    run_study(config, backend=backend)
+    critiques = [text for text in asked if "fails to label these" in text or "labels these texts as" in text]
+    assert critiques and any("the model answered 'Sure, a purple one.'" in t for t in critiques)
+    assert not any(" nats)" in t for t in critiques)

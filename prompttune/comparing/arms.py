@@ -15,7 +15,6 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import lookup
 from prompttune.results.compare import Coverage
-from prompttune.scoring import contract
 from prompttune.scoring.cache import ResultCache
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
@@ -23,16 +22,15 @@ from prompttune.tasks.base import Task
 
 def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunConfig, task: Task) -> None:
     """Unknown names, bad options and DSPy arms the cap cannot pay for fail before any model is
-    loaded (a DSPy arm is sized with the search's cap and the task's split sizes at the configured
-    split seed; each seed's draw is checked again)."""
+    loaded (a DSPy arm is sized with the task's split sizes at the configured split seed; each seed's draw is
+    checked again)."""
     if len(set(arms)) != len(arms):
         raise UserError("an optimizer is listed twice in --optimizers")
     train, dev = len(task.splits["train"]), len(task.splits["dev"])
-    cap = config.budget - contract.calls_reserved(config.contract, config.budget, dev)  # the search's share
     runs: dict[str, str] = {}
     for arm in arms:
         optimizer = optimizer_of(arm, options)
-        lookup(optimizer).check(arm_options(arm, options), cap, train, dev, config.contract)
+        lookup(optimizer).check(arm_options(arm, options), config.budget, train, dev)
         same = runs.setdefault(f"{optimizer} {sorted(arm_options(arm, options).items())!r}", arm)
         if same != arm:
             raise UserError(f"arms {same} and {arm} run {optimizer} with the same options: give the variant "

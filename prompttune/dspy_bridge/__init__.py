@@ -12,7 +12,7 @@ import importlib.metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from prompttune.core.config import RunConfig, Serve
+from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, SearchContext
@@ -87,18 +87,18 @@ def dspy_arm(config: RunConfig, context: SearchContext) -> DspyArm:
     from prompttune.dspy_bridge.search import dspy_settings
 
     return dspy_settings(config.optimizer, context.budget, Sizes(len(context.train_ids), len(context.dev_ids)),
-                         config.optimizer_options, context.serve)
+                         config.optimizer_options)
 
 
 def dspy_entry(name: str) -> StrategyEntry:
     """A DSPy arm as a registry entry; dspy is imported only when one of its callables runs."""
 
-    def check(options: dict[str, Any], cap: int, train: int, dev: int, serve: Serve) -> None:
+    def check(options: dict[str, Any], cap: int, train: int, dev: int) -> None:
         require_dspy(name)
         from prompttune.dspy_bridge.arm import Sizes
         from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
 
-        DSPY_OPTIMIZERS[name](cap, Sizes(train, dev), options, serve)
+        DSPY_OPTIMIZERS[name](cap, Sizes(train, dev), options)
 
     def build(config: RunConfig, context: SearchContext) -> Callable[[Setting], Strategy]:
         if context.space.frozen or config.max_prompt_tokens is not None:

@@ -12,7 +12,6 @@ from typing import Any, ClassVar
 import dspy
 from pydantic import Field
 
-from prompttune.core.config import DEFAULT_SERVE, Serve
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
@@ -60,10 +59,9 @@ class DspyArm(ABC):
     name: ClassVar[str]
     Options: ClassVar[type[OptimizerOptions]]
 
-    def __init__(self, cap: int, sizes: Sizes, options: dict[str, Any], serve: Serve = DEFAULT_SERVE) -> None:
-        self.cap = cap  # the search's calls: under `serve: generate`, the budget less the finalists' reserve
+    def __init__(self, cap: int, sizes: Sizes, options: dict[str, Any]) -> None:
+        self.cap = cap
         self.sizes = sizes
-        self.serve = serve
         self.options: Any = validate_options(self.name, self.Options, options)
         # Arms that take no valset (SIMBA) have no valset_size and draw none.
         self.valset_size = min(getattr(self.options, "valset_size", 0), sizes.dev)
@@ -71,10 +69,8 @@ class DspyArm(ABC):
 
     def _require(self, minimum: int, smallest_run: str) -> None:
         if minimum > self.cap:
-            cap = (f"the search's cap is {self.cap} (the budget less what serve generate keeps back to rescore the "
-                   "finalists)" if self.serve == "generate" else f"the cap is {self.cap}")
-            raise UserError(f"{self.name} needs at least {minimum} calls ({smallest_run}); {cap}: raise --budget to "
-                            f"at least {least_budget(self.serve, minimum, self.sizes.dev)}")
+            raise UserError(f"{self.name} needs at least {minimum} calls ({smallest_run}); the cap is {self.cap}: "
+                            f"raise --budget to at least {least_budget(minimum, self.sizes.dev)}")
 
     @abstractmethod
     def _settle(self) -> str:

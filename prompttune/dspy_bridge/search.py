@@ -23,7 +23,6 @@ from typing import Any, Iterator
 import dspy
 import numpy as np
 
-from prompttune.core.config import Serve
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Record
 from prompttune.dspy_bridge.adapter import EvaluationPrefetch, PromptSpecAdapter
@@ -40,10 +39,10 @@ from prompttune.search_spaces import Candidate
 from prompttune.search_spaces.prompt import PromptSpec
 
 
-def dspy_settings(name: str, cap: int, sizes: Sizes, options: dict[str, Any], serve: Serve) -> DspyArm:
+def dspy_settings(name: str, cap: int, sizes: Sizes, options: dict[str, Any]) -> DspyArm:
     """The arm's settings for this cap; a `UserError` before any model call when its smallest run
     does not fit the cap or its options are bad."""
-    return DSPY_OPTIMIZERS[name](cap, sizes, options, serve)
+    return DSPY_OPTIMIZERS[name](cap, sizes, options)
 
 
 class SelectionTracker:

@@ -22,7 +22,7 @@ from prompttune.comparing.fairness import caps_of
 from prompttune.core.config import RunConfig
 from prompttune.dspy_bridge import lookup
 from prompttune.engine.comparison import check_compare
-from prompttune.engine.setup import load_run_task, load_space, run_contract, search_budget
+from prompttune.engine.setup import load_run_task, load_space, run_contract
 from prompttune.engine.study import checked_search
 from prompttune.optimizers import SearchContext
 from prompttune.reports.compare_report import caps_text
@@ -126,11 +126,9 @@ def plan_run(config: RunConfig, probe_examples: int = PROBE_EXAMPLES) -> RunPlan
     visible, context, _ = checked_search(config, task, load_space(config, task))
     test_size = len(task.splits["test"])
     serve, declared = run_contract(config, task)
-    held_back = config.budget - search_budget(config, task)
-    kept = f"; {held_back} of the budget's calls kept back to rescore the finalists by generation" if held_back else ""
     return RunPlan(config.optimizer, strategy_line(config, context), config.budget, config.budget_tokens,
                    2 * test_size, probe(config, visible, context, declared, probe_examples), test_size, config.alpha,
-                   config.confirm_top, contract.contract_line(serve, declared) + kept)
+                   config.confirm_top, contract.contract_line(serve, declared))
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,8 @@ from prompttune.scoring.evaluator import Evaluator, build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.scoring.serving import (
-    FinalistRescoring,
     GenerationCheck,
     check_generation,
-    rescore_finalists,
     served_by_verdict,
 )
 from prompttune.search_spaces import Candidate
@@ -66,12 +64,6 @@ def critique_advice(config: RunConfig, critique: str) -> str:
                 "a stronger --proposer-model writes better ones")
     return (f"the proposer's critiques are not usable ({shown}): the task model {config.model} writes them; "
             "--proposer-model MODEL lets a stronger model write them (the task model still answers)")
-
-
-def search_scoring(config: RunConfig, backend: Backend) -> str:
-    """How the search scores candidates: the verdict's method, except that under serve generate label log-probs
-    rank them as a fast proxy (where the backend has them; the finalists and the verdict generate)."""
-    return "logit" if config.contract == "generate" and backend.scores_labels else config.scoring
 
 
 def _progress(console: Console, shown: bool) -> Progress | nullcontext:
@@ -200,7 +192,6 @@ class Searched:
     storage: TrialStorage
     outcome: SearchOutcome
     ranking: list[Candidate]
-    finalists: FinalistRescoring | None
     advice: list[str]
     started: float  # perf_counter at the search's start: the clock of the backend's use
 
@@ -217,13 +208,13 @@ class Judged:
 
 
 def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progress: bool) -> Searched:
-    """The strategy searches train+dev under the search's cap; under serve generate its finalists are then
-    rescored by generation, paid from the full cap the search's cap kept that back for."""
+    """The strategy searches train+dev under the search's cap, every candidate scored in the run's contract (under
+    serve generate by greedy generation itself, so the dev ranking is what generation will answer)."""
     config, console = run.config, run.console
     assert run.cache_view is not None and run.proposer_backend is not None
     seen = [ex for split in run.visible.splits.values() for ex in split]
     ledger = BudgetLedger(cap_calls=run.context.budget, cap_tokens=config.budget_tokens)
-    evaluator = run.evaluator(seen, run.cache_view(ledger), ledger, search_scoring(config, run.backend))
+    evaluator = run.evaluator(seen, run.cache_view(ledger), ledger)
     advice: list[str] = []
 
     def advise(critique: str) -> None:
@@ -240,13 +231,7 @@ def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progre
             on_trial = _trial_watch(config, bar_view, ledger, len(run.task.splits["test"]), console, run.task.name)
             with run.stop.during_search():
                 outcome = strategy.search(storage, on_trial, run.stop)
-        ranking, finalists = outcome.ranking, None
-        if config.contract == "generate" and not outcome.interrupted:  # a stopped search makes no further call
-            ledger.cap_calls = config.budget
-            ranking, finalists = rescore_finalists(
-                outcome.ranking, strategy.baseline, run.evaluator(seen, evaluator.cache, ledger, "generate"),
-                run.context.dev_ids, run.context.score)
-    return Searched(strategy, evaluator, ledger, storage, outcome, ranking, finalists, advice, started)
+    return Searched(strategy, evaluator, ledger, storage, outcome, outcome.ranking, advice, started)
 
 
 def judge(run: OpenedRun, searched: Searched) -> Judged:

@@ -53,28 +53,12 @@ def run_contract(config: RunConfig, task: Task) -> tuple[Serve, bool]:
     return contract.resolve(config.serve, task.serve)
 
 
-def search_budget(config: RunConfig, task: Task) -> int:
-    """The calls the search itself may spend: the cap less what `serve: generate` keeps back to rescore its
-    finalists by generation."""
-    reserved = contract.calls_reserved(run_contract(config, task)[0], config.budget, len(task.splits["dev"]))
-    return config.budget - reserved
-
-
 def require_dev_budget(config: RunConfig, task: Task) -> None:
-    """A search must afford at least one full dev evaluation (and, under `serve: generate`, the finalists'
-    rescoring besides); the error names the --budget that passes both (`contract.least_budget`)."""
-    dev_n, budget, serve = len(task.splits["dev"]), search_budget(config, task), run_contract(config, task)[0]
-    least = contract.least_budget(serve, dev_n, dev_n)
-    if budget < dev_n:
-        kept = (f" once {config.budget - budget} calls are kept back to rescore the finalists by generation "
-                "(serve generate)" if budget < config.budget else "")
-        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs {dev_n} calls{kept}; "
-                        f"raise --budget to at least {least} or lower --dev-size")
-    each = min(contract.MIN_FINALIST_EXAMPLES, dev_n)  # a dev split smaller than that is rescored whole
-    if serve == "generate" and (rescored := contract.finalist_examples(config.budget, dev_n)) < each:
-        raise UserError(f"budget {config.budget} too small for serve generate: rescoring the finalists by generation "
-                        f"within half the budget leaves {rescored} dev examples each (at least {each}); raise "
-                        f"--budget to at least {least}")
+    """A search must afford at least one full dev evaluation."""
+    dev_n = len(task.splits["dev"])
+    if config.budget < dev_n:
+        raise UserError(f"budget {config.budget} too small: one full dev evaluation needs {dev_n} calls; raise "
+                        f"--budget to at least {contract.least_budget(dev_n, dev_n)} or lower --dev-size")
 
 
 def search_context(config: RunConfig, task: Task, space: SearchSpace, objective: Objective | None = None) -> SearchContext:
@@ -83,7 +67,7 @@ def search_context(config: RunConfig, task: Task, space: SearchSpace, objective:
     train, dev = task.splits["train"], task.splits["dev"]
     serve = run_contract(config, task)[0]
     return SearchContext(space.bind(train), [ex.id for ex in train], [ex.id for ex in dev],
-                         len(task.labels), objective or config.objective, config.seed, search_budget(config, task),
+                         len(task.labels), objective or config.objective, config.seed, config.budget,
                          dict(config.optimizer_options), AcceptRule(alpha=config.dev_alpha),
                          max_prompt_tokens=config.max_prompt_tokens,
                          dev_input_words=[input_words(ex) for ex in dev], serve=serve, label_offsets=serve != "generate")

@@ -205,7 +205,7 @@ def run_result(run: OpenedRun, searched: Searched, judged: Judged) -> RunResult:
     return RunResult(run.run_dir, config, baseline, run.context.space, searched.outcome, verdict, searched.ledger,
                      judged.ledger, time.time() - run.started, train, tuple(task.input_fields), run.backend.to_text,
                      searched.strategy, searched.storage, resumed, run.servers(),
-                     generation_check=judged.generation, finalists=searched.finalists,
+                     generation_check=judged.generation,
                      per_class=per_class(verdict, task.labels, config.class_loss_margin),
                      versions=run_versions(config, run.backend, passed=run.model.passed),
                      backend_use=backend_use, labels=tuple(task.labels), split_note=task.split_note,

@@ -63,9 +63,8 @@ class SearchContext:
         return self.ledger.remaining_calls() if self.ledger is not None else None
 
     def budget_for(self, search_calls: int) -> int:
-        """The --budget to name where the search needs `search_calls` calls: what the user passes is the total,
-        `serve: generate`'s reserve for its finalists included (`budget` is the search's share)."""
-        return least_budget(self.serve, search_calls, len(self.dev_ids))
+        """The --budget to name where the search needs `search_calls` calls (a full dev evaluation included)."""
+        return least_budget(search_calls, len(self.dev_ids))
 
     def spent(self) -> int:
         """Calls the search has spent of `budget` (0 without a cap)."""

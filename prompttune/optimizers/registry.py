@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from prompttune.core.config import RunConfig, Serve
+from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
@@ -75,7 +75,7 @@ class StrategyEntry:
     except `build`'s result; every callable raises a one-line `UserError` on input it cannot run."""
 
     name: str
-    check: Callable[[dict[str, Any], int, int, int, Serve], None]  # options, search call cap, train, dev, contract
+    check: Callable[[dict[str, Any], int, int, int], None]  # options, search call cap, train and dev sizes
     build: Callable[[RunConfig, SearchContext], Callable[[Setting], Strategy]]  # checks, then how to build it
     describe: Callable[[RunConfig, SearchContext], str | None]  # the plan's strategy line, where it has one
     options: Callable[[], list[str]]  # its options, one line each (`optimize --help-options`)
@@ -134,7 +134,7 @@ def optimizer_entry(optimizer: type[Optimizer], reach: Reach) -> StrategyEntry:
     """A prompttune optimizer as a registry entry: the options checked by its class, its schedule (if it plans one)."""
     name = optimizer.name
 
-    def check(options: dict[str, Any], cap: int, train: int, dev: int, serve: Serve) -> None:
+    def check(options: dict[str, Any], cap: int, train: int, dev: int) -> None:
         validate_options(name, optimizer.Options, options)
 
     def build(config: RunConfig, context: SearchContext) -> Callable[[Setting], Strategy]:

@@ -18,6 +18,7 @@ from prompttune.reports.serving_sections import (
     generation_section,
     print_generation,
     scoring_line,
+    searched_line,
     server_rows,
     servers_section,
 )
@@ -248,7 +249,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            "finishes the search, tests at the rest and replaces this report.**", ""] if o.interrupted else []),
         f"**{'Interim verdict' if o.interrupted else 'Verdict'}: {v.summary()}.**",
         "",
-        scoring_line(config.contract),
+        scoring_line(config.contract) + ("" if result.finalists else " " + searched_line(config.contract)),
         "",
         *([f"Probed before the run: {Capabilities.from_record(config.capabilities).describe()}.", ""]
           if config.capabilities else []),

@@ -33,6 +33,14 @@ def servers_section(servers: dict[str, dict[str, int]]) -> list[str]:
     return ["## Servers", "", SERVERS_NOTE, "", *rows, ""]
 
 
+def searched_line(serve: Serve) -> str:
+    """How the search scored its candidates: in the contract itself, so its dev predictions agree with what
+    production gets on every example (a run made before the search generated under `generate` ranked by a proxy,
+    and says so through its finalists instead)."""
+    return (f"The search scored every candidate by {contract.scored_by(serve)} too: its per-example dev predictions "
+            "are what production gets (agreement 100%, no proxy).")
+
+
 def scoring_line(serve: Serve) -> str:
     """The serving contract and how the verdict's figures were scored under it, said in every report."""
     return (f"Serving contract **`serve: {serve}`**: {contract.WORDS[serve]}. The verdict scored prompts by "

@@ -4,8 +4,9 @@ honoured by the search, the verdict, the reports and the exports, so the test co
 - `logprobs`: production scores the label words by log-probability (completions, or chat top log-probs) and
   applies the shipped label offsets (`calibrate`, `label_bias`); calibrated candidates are allowed.
 - `generate`: production lets the model answer (`GENERATION`: greedy, a token cap, exactly-one-label extraction).
-  No candidate may carry label offsets; the search may rank by log-probs as a fast proxy, but the finalists and
-  the verdict are scored by generation, where an answer without exactly one label counts as wrong.
+  No candidate may carry label offsets; the search and the verdict score every prompt by generation itself (a
+  label-score proxy would rank prompts by what the model prefers, blind to whether it answers with a label at
+  all), and an answer without exactly one label counts as wrong.
 - `choice`: constrained decoding over the labels (vLLM structured-outputs choice, llama.cpp grammars): scored by
   that decoding itself (`Backend.choose`: greedy, each step the likeliest token that keeps the answer a label).
   Batch-calibration offsets ship as a `logit_bias` on each label's first token (`choice_bias`), which the run
@@ -20,9 +21,6 @@ from dataclasses import dataclass
 from prompttune.backends.base import Backend
 from prompttune.core.config import DEFAULT_SERVE, Serve
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part
-
-FINALISTS = 3  # under `generate`, the top prompts of the search ranking rescored by generation on dev
-MIN_FINALIST_EXAMPLES = 10  # under `generate`: fewer dev examples per finalist could not tell them apart
 
 
 @dataclass(frozen=True)
@@ -109,33 +107,6 @@ def scored_by(serve: Serve) -> str:
     return {"generate": "generation", "choice": "constrained decoding"}.get(serve, "label log-probabilities")
 
 
-def finalist_examples(budget: int, dev_n: int) -> int:
-    """Dev examples the finalists are rescored on by generation: the whole dev split, or as many as keep the
-    rescoring (the finalists and the baseline) within half the budget."""
-    return min(dev_n, budget // (2 * (FINALISTS + 1)))
-
-
-def calls_reserved(serve: Serve, budget: int, dev_n: int) -> int:
-    """Search-budget calls kept back from the search for the finalists' rescoring by generation (the baseline
-    included), so the whole run stays within the cap; none outside `generate`."""
-    return (FINALISTS + 1) * finalist_examples(budget, dev_n) if serve == "generate" else 0
-
-
-def least_budget(serve: Serve, search_calls: int, dev_n: int) -> int:
-    """The --budget to name in a budget error: the smallest from which every budget leaves the search
-    `search_calls` calls and a full dev evaluation, and under `generate` its finalists at least
-    `MIN_FINALIST_EXAMPLES` dev examples each (the whole split where it is smaller). The reserve grows by
-    FINALISTS + 1 calls at every 2 * (FINALISTS + 1) of budget, so a budget can pass where a slightly larger one
-    fails: the search walks down from where the reserve stops growing."""
-    needed = max(search_calls, dev_n)
-    if serve != "generate":
-        return needed
-
-    def passes(budget: int) -> bool:
-        return (budget - calls_reserved(serve, budget, dev_n) >= needed
-                and finalist_examples(budget, dev_n) >= min(MIN_FINALIST_EXAMPLES, dev_n))
-
-    budget = max(2 * (FINALISTS + 1) * dev_n, needed + (FINALISTS + 1) * dev_n)  # the whole split rescored
-    while budget > 1 and passes(budget - 1):
-        budget -= 1
-    return budget
+def least_budget(search_calls: int, dev_n: int) -> int:
+    """The --budget to name in a budget error: the search's `search_calls` and a full dev evaluation."""
+    return max(search_calls, dev_n)

@@ -3,19 +3,17 @@ what the model writes when production lets it generate freely (a minimal prompt 
 with anything but a label). `check_generation` scores the shipped prompt, the dev winner and the baseline by
 generation (greedy decoding, then exactly-one-label extraction) on the first N test examples, on a ledger of
 its own, beside what the verdict's scoring gave on the same examples. Under `serve: generate` the verdict itself
-generates: `served_by_verdict` reads the same figures from its records, and `rescore_finalists` picks, by
-generation on dev, which of the search's top prompts meets the baseline on test."""
+generates: `served_by_verdict` reads the same figures from its records."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from prompttune.core.config import Serve
-from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import Record
 from prompttune.scoring.confirmation import Verdict
-from prompttune.scoring.contract import FINALISTS, scored_by
+from prompttune.scoring.contract import scored_by
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.space import Candidate
 
@@ -130,7 +128,8 @@ def _served(role: str, candidate_id: str, generated: Sequence[Record], scored: S
 
 @dataclass(frozen=True)
 class Finalist:
-    """A prompt rescored by generation on dev under `serve: generate`."""
+    """A prompt rescored by generation on dev, as runs made before the search itself generated under `serve:
+    generate` recorded it (their reports still show it)."""
 
     candidate_id: str
     search_rank: int | None  # its place in the search's ranking (1 = leader); None: the baseline
@@ -140,8 +139,8 @@ class Finalist:
 
 @dataclass(frozen=True)
 class FinalistRescoring:
-    """`serve: generate`: the search's top prompts and the baseline scored by generation on `n` dev examples,
-    charged to the search budget (the calls were kept back from the search, so the cap holds)."""
+    """An older `serve: generate` run's finalists: the search's top prompts by label log-probs and the baseline,
+    rescored by generation on `n` dev examples (read back for its reports)."""
 
     n: int
     finalists: tuple[Finalist, ...]
@@ -154,35 +153,3 @@ class FinalistRescoring:
     @classmethod
     def from_dict(cls, data: dict) -> "FinalistRescoring":
         return cls(**{**data, "finalists": tuple(Finalist(**f) for f in data["finalists"])})
-
-
-def rescore_finalists(ranking: Sequence[Candidate], baseline: Candidate, generator: Evaluator,
-                      dev_ids: Sequence[str], score: Callable[[Sequence[Record]], float]
-                      ) -> tuple[list[Candidate], FinalistRescoring]:
-    """The baseline and the first `FINALISTS` other prompts of the search's `ranking` (the baseline first, so it is
-    always scored), each by generation on the first of `dev_ids` that the generator's remaining calls pay for (at
-    least the calls the search kept back: `contract.finalist_examples`), re-ranked by
-    that score (the baseline wins ties, earlier search ranks the rest): the generated-dev winner leads the ranking
-    handed to the verdict, the rest of the ranking follows."""
-    order = [baseline, *[c for c in ranking if c.id != baseline.id][:FINALISTS]]
-    left = generator.ledger.remaining_calls()
-    dev_ids = list(dev_ids if left is None else dev_ids[:left // len(order)])  # what the calls left pay for
-    calls_before = generator.ledger.calls
-    scored: list[tuple[Candidate, Finalist]] = []
-    cut_short = False
-    for candidate in order:
-        try:
-            records = generator.evaluate(candidate.spec, dev_ids)
-        except BudgetExhausted:  # only a token cap gets here: the calls were reserved
-            cut_short = True
-            break
-        rank = next((i for i, c in enumerate(ranking, 1) if c.id == candidate.id), None)
-        scored.append((candidate, Finalist(candidate.id, None if candidate.id == baseline.id else rank,
-                                           sum(r.valid for r in records) / len(records), score(records))))
-    position = {c.id: i for i, c in enumerate(order)}
-    ranked = sorted(scored, key=lambda pair: (-pair[1].score, pair[0].id != baseline.id, position[pair[0].id]))
-    leaders = [c for c, _ in ranked]
-    rescored = {c.id for c in leaders}
-    rest = [c for c in ranking if c.id not in rescored]
-    return leaders + rest, FinalistRescoring(len(dev_ids), tuple(f for _, f in ranked),
-                                             generator.ledger.calls - calls_before, cut_short)

@@ -9,6 +9,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from prompttune.core.types import Record
 from prompttune.optimizers.contract import Optimizer, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import clean_instruction
 from prompttune.optimizers.reflect.genome import Genome
@@ -170,8 +171,13 @@ class Moves(Optimizer):
             return None
         direction = directions[int(self.rng.integers(min(2, len(directions))))]
         words = spec.label_words
-        shown = "\n".join(f"- {self.example_text(r.example_id)} (the model preferred "
-                          f"'{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats)"
+
+        def said(r: Record) -> str:  # a generated answer as the model wrote it (invalid ones included)
+            if r.text is not None:
+                return f"the model answered {' '.join(r.text.split())[:80]!r}"
+            return f"the model preferred '{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats"
+
+        shown = "\n".join(f"- {self.example_text(r.example_id)} ({said(r)})"
                           for r in direction.errors[: self.options.shown_errors])
         instruction = shown_instruction(spec.instruction, words)
         return CritiqueAsk(parent_key, spec, instruction, critique_request(direction, words, shown, instruction),

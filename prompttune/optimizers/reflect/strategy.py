@@ -72,10 +72,8 @@ class ReflectiveRace(Racing, Calibration, Moves):
                             "the option")
         block = cls.first_block(context, options)
         if context.budget and context.budget < 4 * block:
-            search = (f"the search's {context.budget} calls (the budget less what serve generate keeps back to "
-                      "rescore the finalists)" if context.serve == "generate" else f"the budget {context.budget}")
-            raise UserError(f"reflect: {search} cannot race the baseline and three prompts on a block of {block} "
-                            f"dev examples; raise --budget to at least {context.budget_for(4 * block)}")
+            raise UserError(f"reflect: the budget {context.budget} cannot race the baseline and three prompts on a "
+                            f"block of {block} dev examples; raise --budget to at least {context.budget_for(4 * block)}")
 
     @staticmethod
     def first_block(context: SearchContext, options: ReflectOptions) -> int:
