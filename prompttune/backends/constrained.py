@@ -97,6 +97,13 @@ class ChoiceWalk:
         raise ValueError(f"token {token} is not allowed here")
 
 
+def choice_token_cap(choices: Sequence[str]) -> int:
+    """The `max_tokens` a server's constrained answer needs: a grammar may spell a choice in tokens of one byte each
+    (vLLM's structured outputs did, character by character), so the longest choice's bytes, plus the end token.
+    A smaller cap can cut the answer off inside a choice, which is then no label at all."""
+    return max(len(choice.encode()) for choice in choices) + 1
+
+
 def first_token_bias(first_ids: Sequence[int], bias: Sequence[float]) -> dict[int, float]:
     """The `logit_bias` map of a request: choice i's first token id -> `bias[i]`. Labels that share a first token
     cannot be shifted apart by it, so offsets there are refused (the contract admits none)."""

@@ -14,7 +14,7 @@ import math
 from typing import Any, Sequence
 
 from prompttune.backends import openai_chat as chat
-from prompttune.backends.constrained import first_logprobs
+from prompttune.backends.constrained import choice_token_cap, first_logprobs
 from prompttune.backends.openai_completions import TOP_LOGPROBS, next_piece
 from prompttune.backends.openai_constraints import constraint_fields
 from prompttune.backends.openai_http import ServerError
@@ -32,7 +32,7 @@ def _label_scores(top: dict[str, float] | None, labels: Sequence[str]) -> dict[s
 
 async def choose_one(backend: Any, request: ChoiceRequest, form: str) -> ChoiceResult:
     """One constrained greedy answer from the server; its index among the request's choices."""
-    max_tokens = max(backend.count_tokens(list(request.choices), continuation=True))
+    max_tokens = choice_token_cap(request.choices)
     if backend.api == "chat":
         messages = chat.from_wire(request.text)
         go_on = chat.continues(messages, backend.prefill)

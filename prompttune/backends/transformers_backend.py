@@ -308,8 +308,8 @@ class TransformersBackend(TokenizerBackend):
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
         """Constrained greedy decoding over the whole vocabulary (`constrained.py`): every prompt's first step in
-        batches, as label scoring reads its next-token distribution; the rare walks a first token leaves open
-        (a piece two choices share, a choice that is a prefix of another) go on one token at a time."""
+        batches, as label scoring reads its next-token distribution; the walks a first token leaves open (a piece
+        two choices share, a choice that is a prefix of another) go on together, one token per pass."""
         self._pieces = self._pieces or token_pieces(self.tokenizer)
         prompts = [self._encode(r.text) for r in requests]
         labels = [[self.tokenizer(c, add_special_tokens=False).input_ids for c in r.choices] for r in requests]
@@ -325,9 +325,12 @@ class TransformersBackend(TokenizerBackend):
                 last = self._forward_last([prompts[i][shared:] for i in rows], 1, kv)[:, -1, :]
                 for row, i in enumerate(rows):
                     scores[i] = first_logprobs(last[row], [t[0] for t in labels[i]], walks[i].bias)
-                    while not walks[i].done:
-                        walks[i].step(last[row] if not walks[i].tokens else self._forward_last(
-                            [prompts[i][shared:] + list(walks[i].tokens)], 1, kv)[0, -1, :])
+                    if not walks[i].done:
+                        walks[i].step(last[row])
+                while going := [i for i in rows if not walks[i].done]:  # the open walks, one step each per pass
+                    steps = self._forward_last([prompts[i][shared:] + list(walks[i].tokens) for i in going], 1, kv)
+                    for row, i in enumerate(going):
+                        walks[i].step(steps[row, -1, :])
         return [ChoiceResult(w.answer, s, len(p), len(t[w.answer]) if w.answer is not None else len(w.tokens))
                 for w, s, p, t in zip(walks, scores, prompts, labels)]
 

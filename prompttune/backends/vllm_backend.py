@@ -16,7 +16,7 @@ from typing import Any
 
 from prompttune.backends.base import TokenizerBackend
 from prompttune.backends.capabilities import IN_PROCESS, Capabilities
-from prompttune.backends.constrained import first_logprobs, first_token_bias
+from prompttune.backends.constrained import choice_token_cap, first_logprobs, first_token_bias
 from prompttune.core.errors import UserError
 from prompttune.core.types import ChoiceRequest, ChoiceResult, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
@@ -91,13 +91,12 @@ class VLLMBackend(TokenizerBackend):
         from vllm.sampling_params import StructuredOutputsParams
 
         prompts = [{"prompt_token_ids": self._encode(r.text)} for r in requests]
-        labels = [[self.tokenizer(c, add_special_tokens=False).input_ids for c in r.choices] for r in requests]
-        firsts = [[ids[0] for ids in per_label] for per_label in labels]
+        firsts = [self.first_tokens(r.choices) for r in requests]
         biases = [first_token_bias(first, r.first_token_bias) for first, r in zip(firsts, requests)]
-        params = [self._vllm.SamplingParams(max_tokens=max(len(ids) for ids in per_label) + 1, temperature=0.0,
+        params = [self._vllm.SamplingParams(max_tokens=choice_token_cap(r.choices), temperature=0.0,
                                             structured_outputs=StructuredOutputsParams(choice=list(r.choices)),
                                             logit_bias=bias or None, logprob_token_ids=sorted(set(first)))
-                  for r, per_label, first, bias in zip(requests, labels, firsts, biases)]
+                  for r, first, bias in zip(requests, firsts, biases)]
         results = []
         for r, prompt, first, bias, out in zip(requests, prompts, firsts, biases,
                                                self.llm.generate(prompts, params, use_tqdm=False)):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prompttune.backends import openai_chat as chat
+from prompttune.backends.constrained import choice_token_cap
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, Prompt
@@ -215,7 +216,7 @@ def constrained_decoding(spec: PromptSpec, config: RunConfig, continuations: tup
     """How the run decoded under `choice`, for a server to repeat: the choices (the label continuations after the
     prompt, exactly as the run decoded them), a GBNF grammar of them, the `logit_bias` the shipped offsets ship as
     (`contract.choice_bias` on each label's first token of the run's tokenizer; `{}` without offsets) and a token
-    limit the longest label fits in."""
+    limit the longest label fits in however the server spells it (`choice_token_cap`)."""
     tokenizer = run_tokenizer(config)
     pieces = [tokenizer(c, add_special_tokens=False).input_ids for c in continuations] if tokenizer else None
     bias = contract.choice_bias(spec)
@@ -226,7 +227,7 @@ def constrained_decoding(spec: PromptSpec, config: RunConfig, continuations: tup
     else:
         logit_bias = {str(ids[0]): b for ids, b in zip(pieces, bias)}
     return {"choices": list(continuations), "grammar": "root ::= " + " | ".join(json.dumps(c) for c in continuations),
-            "logit_bias": logit_bias, "max_tokens": max(len(ids) for ids in pieces) + 1 if pieces else MAX_NEW_TOKENS}
+            "logit_bias": logit_bias, "max_tokens": choice_token_cap(continuations)}
 
 
 def choice_block(spec: PromptSpec, config: RunConfig, prompt: Prompt) -> dict[str, Any]:
