@@ -63,7 +63,7 @@ serve() {
     sleep 1
   done
   "$MAIN" benchmarks/vllm_agreement.py --backend openai --base-url "http://127.0.0.1:$port/v1" \
-    --model smollm2 --n "$N" --against "$WORK/reference.json"
+    --model smollm2 --tokenizer "$WORK/model" --n "$N" --against "$WORK/reference.json"
 }
 
 case "$STEP" in

@@ -17,6 +17,8 @@ from prompttune.backends.openai_backend import OpenAIBackend
 from prompttune.backends.openai_chat import PLAIN_PROBE
 from prompttune.backends.openai_constraints import PROBE_MESSAGES
 from prompttune.cli import main
+from prompttune.core.errors import UserError
+from prompttune.core.types import ChoiceRequest
 from prompttune.engine.study import run_study
 from prompttune.testing import colours_task_file
 from prompttune.testing.fake_openai import FakeServer
@@ -105,3 +107,15 @@ def test_config_json_and_the_report_record_what_the_target_honours(tmp_path: Pat
     # The probe's requests are in no count the run reports: only the run's own calls are.
     facts = json.loads((result.run_dir / "verdict.json").read_text())
     assert facts["servers"][fakes[0].url]["requests"] == fakes[0].completions - STARTUP_PROBES - len(CONSTRAINT_FORMS)
+
+
+def test_a_server_decodes_choice_itself_and_offsets_without_a_tokenizer_are_refused(fakes: list[FakeServer]) -> None:
+    """serve choice over a server: the server's own constrained answer (here its first choice, under the grammar it
+    honours); a first-token offset cannot be named without the model's tokenizer, so it is refused, never dropped."""
+    fakes.append(FakeServer(honours=("grammar",)))
+    backend = OpenAIBackend([fakes[0].url], "fake")
+    [answer] = backend.choose([ChoiceRequest("The item is painted green. Label:", (" green", " red"))])
+    assert answer.choice == 0
+    with pytest.raises(UserError, match="need the model's tokenizer: pass --tokenizer"):
+        backend.choose([ChoiceRequest("The item is painted green. Label:", (" green", " red"), (1.0, -1.0))])
+    backend.close()

@@ -18,6 +18,7 @@ from prompttune.backends.constrained import choice_token_cap, first_logprobs
 from prompttune.backends.openai_completions import TOP_LOGPROBS, next_piece
 from prompttune.backends.openai_constraints import constraint_fields
 from prompttune.backends.openai_http import ServerError
+from prompttune.core.errors import UserError
 from prompttune.core.types import ChoiceRequest, ChoiceResult
 
 
@@ -44,6 +45,9 @@ async def choose_one(backend: Any, request: ChoiceRequest, form: str) -> ChoiceR
         body = backend._next_token_body(request.text, max_tokens, TOP_LOGPROBS if backend.scores_labels else None)
         path = "/completions"
     first_ids = backend.first_tokens(labels)
+    if request.first_token_bias and first_ids is None:
+        raise UserError("label offsets under serve choice are a logit_bias on the labels' first token ids, which need "
+                        "the model's tokenizer: pass --tokenizer")
     bias = dict(zip(first_ids, request.first_token_bias)) if first_ids and request.first_token_bias else {}
     extra = constraint_fields(form, labels) | ({"logit_bias": {str(t): b for t, b in bias.items()}} if bias else {})
     response = await backend.http.post(path, body | extra)
