@@ -35,6 +35,7 @@ from prompttune.scoring.confirmation import Verdict, held_out_verdict
 from prompttune.scoring.evaluator import Evaluator, build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.metered_cache import MeteredCache
+from prompttune.scoring.metering import BackendUse
 from prompttune.scoring.serving import (
     GenerationCheck,
     check_generation,
@@ -111,16 +112,18 @@ class WallEstimate:
                 f"(less where the cache answers), the verdict about {2 * self.test_size / rate / 60:.0f} min more")
 
 
-def _trial_watch(config: RunConfig, bar_view: Progress | None, ledger: BudgetLedger, test_size: int,
+def _trial_watch(config: RunConfig, bar_view: Progress | None, use: BackendUse, test_size: int,
                  console: Console, task_name: str) -> Callable[[dict], None] | None:
-    """The progress bar's update and, once the model has answered enough calls warm, a wall-time estimate."""
+    """The progress bar's update and, once the model has answered enough calls warm, a wall-time estimate. The
+    model's answered rows (`use`) are counted where it answered them, not where a trial was charged: answers fetched
+    ahead in one batch are charged over many later trials, which timed on charges read as thousands of calls/s."""
     if bar_view is None:
         return None
     bar = bar_view.add_task(f"{config.optimizer} on {task_name}", total=config.budget, best="–")
     estimate = WallEstimate(config.budget, test_size)
 
     def on_trial(trial: dict) -> None:
-        if (line := estimate.line(ledger.computed_calls, trial["budget_spent"])) is not None:
+        if (line := estimate.line(use.rows, trial["budget_spent"])) is not None:
             console.print(line)
         best = trial.get("best_so_far")
         bar_view.update(bar, completed=trial["budget_spent"],
@@ -228,7 +231,8 @@ def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progre
     started = time.perf_counter()
     with run.resumable():
         with _progress(console, progress) as bar_view:
-            on_trial = _trial_watch(config, bar_view, ledger, len(run.task.splits["test"]), console, run.task.name)
+            on_trial = _trial_watch(config, bar_view, evaluator.meter.use, len(run.task.splits["test"]), console,
+                                    run.task.name)
             with run.stop.during_search():
                 outcome = strategy.search(storage, on_trial, run.stop)
     return Searched(strategy, evaluator, ledger, storage, outcome, outcome.ranking, advice, started)
