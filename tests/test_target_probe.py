@@ -77,7 +77,7 @@ def test_serve_choice_on_a_server_without_constraints_names_what_was_tried(
     fakes.append(FakeServer(rejects=True))  # a 400 to every constraint field: none honoured
     assert main(_argv("optimize", tmp_path, fakes[0].url, "--serve", "choice", "--dry-run")) == 2
     assert capsys.readouterr().err == (
-        f"error: --serve choice: the server at {fakes[0].url} honours no constrained decoding over a choice "
+        f"error: --serve choice: the server at {fakes[0].url} honours no exact constrained decoding over a choice "
         "(grammar, structured_outputs, guided_choice, response_format tried on /v1/completions); it honours: "
         "logprobs, generate\n")
 
@@ -89,6 +89,7 @@ def test_a_servers_constraints_are_probed_once_and_charged_to_no_run(fakes: list
     first = backend.capabilities()
     assert backend.capabilities() is first and fakes[0].completions == answered + len(CONSTRAINT_FORMS)  # once
     assert (first.endpoint, first.top_k, first.constraints) == ("/v1/chat/completions", 20, ("response_format",))
+    assert "choice" not in first.contracts()  # a JSON-schema enum writes quotes: not the run's decoding
     assert backend.server_counts()[fakes[0].url]["requests"] == 0  # outside the counts a run reports
     backend.close()
 
