@@ -6,7 +6,6 @@ run's config: `prompttune.engine.export` writes them, `RunResult.save` and the r
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +13,7 @@ from typing import Any, Literal
 from prompttune.backends import openai_chat as chat
 from prompttune.backends.constrained import choice_token_cap
 from prompttune.backends.openai_chat import wire_messages
+from prompttune.backends.openai_constraints import constraint_fields
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example, Prompt
 from prompttune.scoring import contract
@@ -226,7 +226,7 @@ def constrained_decoding(spec: PromptSpec, config: RunConfig, continuations: tup
         logit_bias = None  # the run refused these offsets under choice: no candidate carried them
     else:
         logit_bias = {str(ids[0]): b for ids, b in zip(pieces, bias)}
-    return {"choices": list(continuations), "grammar": "root ::= " + " | ".join(json.dumps(c) for c in continuations),
+    return {"choices": list(continuations), "grammar": constraint_fields("grammar", continuations)["grammar"],
             "logit_bias": logit_bias, "max_tokens": choice_token_cap(continuations)}
 
 
@@ -243,7 +243,7 @@ def choice_block(spec: PromptSpec, config: RunConfig, prompt: Prompt) -> dict[st
             "token id -> the logit shift the run decoded with (minus the label's offset, centred)"
             if decoded["logit_bias"] else "the labels share a first token, so no logit_bias shifts them apart")
     return decoded | {"label_words": list(spec.label_words), "logit_bias_note": note,
-                      "requests": {"vllm": common | {"structured_outputs": {"choice": decoded["choices"]}},
+                      "requests": {"vllm": common | constraint_fields("structured_outputs", decoded["choices"]),
                                    "llama.cpp": common | {"grammar": decoded["grammar"]},
                                    "openai": common | {"response_format": enum, "max_tokens": MAX_NEW_TOKENS}}}
 
