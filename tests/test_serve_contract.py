@@ -397,3 +397,26 @@ def test_under_generate_reflect_critiques_what_the_model_wrote(tmp_path: Path) -
     critiques = [text for text in asked if "fails to label these" in text or "labels these texts as" in text]
     assert critiques and any("the model answered 'Sure, a purple one.'" in t for t in critiques)
     assert not any(" nats)" in t for t in critiques)
+
+
+class PlainTextOnly(CountingBackend):
+    """A target without a chat template: chat prompts cannot reach it as the model's template lays them out."""
+
+    @property
+    def renders_chat(self) -> bool:
+        return False
+
+
+def test_serve_generate_searches_the_chat_template_where_the_target_renders_one(tmp_path: Path) -> None:
+    generate, logprobs = (oracle_config(tmp_path, serve=serve) for serve in ("generate", "logprobs"))
+    chat = [d for d in load_space(generate, task_of(generate)).dimensions if d.name == "chat"]
+    assert [d.values for d in chat] == [(False, True)]  # the baseline's setting first: the baseline is unchanged
+    assert "chat" not in [d.name for d in load_space(logprobs, task_of(logprobs)).dimensions]
+    (tmp_path / "space.yaml").write_text("name: colours-words\ninstructions: ['', 'Name the colour: {labels}.']\n")
+    spaced = generate.model_copy(update={"space": str(tmp_path / "space.yaml")})
+    assert "chat" not in [d.name for d in load_space(spaced, task_of(spaced)).dimensions]  # a space file says itself
+
+    result = run_study(generate, backend=PlainTextOnly(generating_oracle(generate).inner))
+    assert result.outcome.rejected.get("chat", 0) > 0
+    assert not any(t.get("dimensions", {}).get("chat") for t in result.trials.load())  # no chat prompt scored
+    assert "used a chat template the target does not render" in (result.run_dir / "report.md").read_text()

@@ -61,6 +61,12 @@ class Backend(ABC):
         once, outside any ledger); a model run in process honours them all."""
         return IN_PROCESS
 
+    @property
+    def renders_chat(self) -> bool:
+        """Whether a chat prompt (messages and an assistant prefix) reaches the model as its chat template lays it
+        out: a search may toggle the template only where it does."""
+        return True
+
     def close(self) -> None:
         """Release threads, connections or GPU memory; safe to call twice."""
 
@@ -131,6 +137,10 @@ class WrappedBackend(Backend):
     def decodes_together(self) -> bool:
         return self.inner.decodes_together
 
+    @property
+    def renders_chat(self) -> bool:
+        return self.inner.renders_chat
+
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities()
 
@@ -176,6 +186,10 @@ class TokenizerBackend(Backend):
 
     def to_text(self, prompt: Prompt) -> str:
         return apply_chat_template(self.tokenizer, prompt)
+
+    @property
+    def renders_chat(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
 
     def count_tokens(self, texts: Sequence[str], continuation: bool = False) -> list[int]:
         """Exact: the model's own tokenizer, as `score` and `generate` tokenize."""

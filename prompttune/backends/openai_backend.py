@@ -260,6 +260,11 @@ class OpenAIBackend(Backend):
             body |= {"logprobs": True, "top_logprobs": top}
         return body | chat.CONTINUE if go_on else body
 
+    @property
+    def renders_chat(self) -> bool:
+        """The chat endpoint applies the server's template; completions need the model's tokenizer with one."""
+        return self.api == "chat" or bool(getattr(self.tokenizer, "chat_template", None))
+
     def to_text(self, prompt: Prompt) -> str:
         """Completions: the prompt text (chat messages through the model's template); chat: the
         request's messages, JSON-encoded (`openai_chat.to_wire`)."""

@@ -93,8 +93,12 @@ def task_space(task: Task, space_file: str | None, prompt_file: str | None) -> S
 
 def load_space(config: RunConfig, task: Task) -> SearchSpace:
     """The space the run searches (`task_space`), with few-shot demos added up to `config.native_demos`
-    where it declares none, and only `config.dimensions` searchable when it names some."""
+    where it declares none, the chat template on or off under `serve: generate` where prompttune built the
+    space (a `--space` file says itself what is searched), and only `config.dimensions` searchable when it
+    names some."""
     space = task_space(task, config.space, config.prompt).with_demos(config.native_demos)
+    if config.space is None and run_contract(config, task)[0] == "generate":
+        space = space.with_chat_toggle()
     return space.searching_only(config.dimensions) if config.dimensions is not None else space
 
 

@@ -1,7 +1,7 @@
 """What a candidate must meet before it is scored: every frozen text of the user's prompt verbatim, at most
-`--max-prompt-tokens` tokens around an empty input, and label offsets only where the serving contract can apply
-them (`scoring/contract.py`). The search driver asks here for every candidate any
-optimizer wants scored, so none can be scored, selected or shipped without them."""
+`--max-prompt-tokens` tokens around an empty input, label offsets only where the serving contract can apply
+them (`scoring/contract.py`), and the chat template only where the target renders one. The search driver asks
+here for every candidate any optimizer wants scored, so none can be scored, selected or shipped without them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from prompttune.scoring.evaluator import prompt_tokens
 from prompttune.search_spaces.frozen import missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, select_demos
 
-Refusal = Literal["frozen", "tokens", "offsets"]  # the report names them (`optimize_report.REFUSALS`)
+Refusal = Literal["frozen", "tokens", "offsets", "chat"]  # the report names them (`optimize_report.REFUSALS`)
 
 
 class Admission:
@@ -41,4 +41,6 @@ class Admission:
             return "tokens"
         if not contract.admits(self.serve, self.backend, spec):
             return "offsets"
+        if spec.chat and not self.backend.renders_chat:
+            return "chat"
         return None

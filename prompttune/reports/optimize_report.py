@@ -46,7 +46,8 @@ TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos
                   "in the backend's tokens (its tokenizer's count, an upper bound where it has none); each request adds "
                   "its input's own")
 REFUSALS = {"frozen": "dropped or changed a frozen text", "tokens": "over --max-prompt-tokens",
-            "offsets": "carried label offsets the serving contract cannot apply"}
+            "offsets": "carried label offsets the serving contract cannot apply",
+            "chat": "used a chat template the target does not render"}
 
 
 def describe_change(space: "SearchSpace", baseline: "Candidate", best: "Candidate") -> str:

@@ -164,6 +164,15 @@ class SearchSpace:
         return replace(self, dimensions=[*self.dimensions, Dimension("few_shot.k", ks, "part:few_shot.k", "few_shot", "k")],
                        default={**self.default, "few_shot.k": 0}, composers=[*self.composers, FewShot()])
 
+    def with_chat_toggle(self) -> "SearchSpace":
+        """The space with the chat template on or off (the baseline's setting first), where it has no such
+        dimension: under `serve: generate` whether the model answers with a label at all often turns on it (an
+        instruction-tuned model answers in its assistant turn and stops; as plain text it writes on)."""
+        if any(d.target == "chat" for d in self.dimensions):
+            return self
+        return replace(self, dimensions=[*self.dimensions, Dimension("chat", (self.base.chat, not self.base.chat), "chat")],
+                       default={**self.default, "chat": 0})
+
     def searching_only(self, names: Sequence[str]) -> "SearchSpace":
         """The same space with every dimension not in `names` held at its baseline value (one value
         left), so its rules, candidate ids and baseline stay those of the full space."""
