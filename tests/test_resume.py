@@ -247,7 +247,7 @@ def test_only_interim_looks_spend_alpha_and_a_recorded_final_look_is_reused() ->
     assert next_look_alpha([interim], 0.05, interim=False) == pytest.approx(0.025)  # the rest
     assert next_look_alpha([interim, look("final", 0.025)], 0.05, interim=False) == pytest.approx(0.025)
     assert next_look_alpha([look("final", 0.05)], 0.05, interim=False) == 0.05  # not α − α = 0
-    assert next_look_alpha([look("final", 0.05)], 0.05, interim=True) == 0.0  # the final look spent the rest
+    assert next_look_alpha([look("final", 0.05), look("interim", 0.0)], 0.05, interim=False) == 0.05  # older runs
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])

@@ -329,7 +329,7 @@ def test_examples_for_gain_is_where_the_power_crosses_80_percent() -> None:
 
 
 def test_a_spent_alpha_confirms_nothing_and_no_size_search_runs_forever() -> None:
-    # An interim look after a recorded final one tests at α = 0 (engine.verdicts.next_look_alpha).
+    # Older releases made an interim look after a recorded final one, at α = 0; their reports are still read.
     assert confirmable_gain(90, 0.0) == ("the test split of 90 examples confirms no gain at α = 0: this run's α is "
                                          "spent", None)
     with pytest.raises(ValueError):

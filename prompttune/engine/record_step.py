@@ -11,7 +11,7 @@ from pathlib import Path
 from prompttune.core.interrupt import RunInterrupted, clear_interruption, mark_interrupted
 from prompttune.core.storage import write_atomic
 from prompttune.engine.run_steps import OpenedRun
-from prompttune.engine.verdicts import final_look, new_look, record_look, served_verdicts
+from prompttune.engine.verdicts import final_look, new_look, record_look, served_decisions
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
 from prompttune.reports.html_report import write_html_report
 from prompttune.reports.optimize_report import describe_change, print_summary, write_report
@@ -43,9 +43,9 @@ def record_run(run: OpenedRun, result: RunResult, alpha: float, progress: bool) 
     stopped = f"stopped by {run.stop.signal} after the trial in flight" if interim else None
     if stopped:  # before verdict.json, which alone would say finished
         mark_interrupted(run_dir, stopped, run.servers())
-    decided = None if interim else final_look(run.looks)  # recorded by a session stopped while writing its report
+    decided = final_look(run.looks)  # recorded by a session stopped while writing its report (never interim: judge)
     try:
-        result.test_looks = (served_verdicts(run_dir.parent, decided) if decided else record_look(
+        result.test_looks = (served_decisions(run_dir.parent, decided) if decided else record_look(
             run_dir.parent, run_dir, new_look(run_dir, run.task.name, run.config.split_seed,
                                               [ex.id for ex in run.task.splits["test"]], interim, alpha,
                                               verdict.summary(), verdict.shipped.id)))

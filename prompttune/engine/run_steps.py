@@ -25,7 +25,7 @@ from prompttune.core.interrupt import RunInterrupted, StopRequest, mark_interrup
 from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage
 from prompttune.core.types import Example
 from prompttune.engine.run_dir import OpenRun
-from prompttune.engine.verdicts import Look, next_look_alpha
+from prompttune.engine.verdicts import Look, final_look, next_look_alpha
 from prompttune.optimizers.contract import SearchContext
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
@@ -240,10 +240,19 @@ def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progre
 
 def judge(run: OpenedRun, searched: Searched) -> Judged:
     """The held-out verdict on the test split the search never saw (at the alpha this look may spend), and the
-    generation check: the verdict's own under serve generate, else on the first `check_generation` examples."""
+    generation check: the verdict's own under serve generate, else on the first `check_generation` examples.
+
+    A resume of a run whose final look is recorded (it was stopped while its report was written) that a signal
+    stopped mid-search looks no more: the run keeps its decision, its files stay those of that look, and the run
+    stays resumable (an interim look here would log a second decision and ship the baseline at α = 0)."""
     config, test, interim = run.config, run.task.splits["test"], searched.outcome.interrupted
     assert run.cache_view is not None
     with run.resumable():
+        if interim and final_look(run.looks):
+            stopped = f"stopped by {run.stop.signal} after the trial in flight"
+            raise RunInterrupted(f"{stopped}; this run's final held-out verdict is recorded and stands (no new look "
+                                 f"at the test split); finish its report with `optimize --resume {run.run_dir}`",
+                                 stopped)
         alpha = next_look_alpha(run.looks, config.alpha, interim)
         ledger = BudgetLedger()
         evaluator = run.evaluator(test, run.cache_view(ledger), ledger)

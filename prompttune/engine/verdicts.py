@@ -5,12 +5,13 @@ Every held-out verdict is a look at a test split. Two bookkeeping rules keep the
 - Within a run, α is spent, not reused: an interrupted run's interim verdict is tested at half of
   the α the run has left, and the verdict after `--resume` at the rest, so interim and final looks
   together never exceed α (a user who resumes after an interim "not confirmed" cannot reach 2α).
-  The final look is the run's decision, made once: a run stopped after it (while its report is
-  written) resumes to that same look, at its α and without a second registry line.
-- Across runs, every verdict is logged in the runs directory with its task, data draw and test-id
-  hash (`test_verdicts.jsonl`); a report says how many verdicts that test split has served and
-  warns when the same split keeps deciding (each run at α on one split adds up to α to the
-  family-wise error: draw another `--split-seed`).
+  The final look is the run's decision, made once: however often the run is stopped after it (while
+  its report is written) and resumed, it keeps that look, at its α and without a second registry
+  line, and no interim look follows it.
+- Across runs, every look is logged in the runs directory with its task, data draw and test-id
+  hash (`test_verdicts.jsonl`); a report says how many decisions that test split has served (one
+  per run: its looks together spend at most α) and warns when the same split keeps deciding (each
+  run at α on one split adds up to α to the family-wise error: draw another `--split-seed`).
 """
 
 from __future__ import annotations
@@ -71,29 +72,31 @@ def look_alpha(alpha: float, spent: float, interim: bool) -> float:
 
 def next_look_alpha(looks: list[Look], alpha: float, interim: bool) -> float:
     """The level of a run's next look, given the looks it recorded (`recorded_looks`). A recorded final
-    look is reused at its level; an interim look after it (a resume stopped again before its end) gets
-    nothing, since that final look already spent what the interim looks had left."""
+    look is reused at its level: the run has decided, and a resume of it that a signal cuts short makes no
+    interim look (`run_steps.judge`), since that final look spent what the interim looks had left."""
     decided = final_look(looks)
-    if decided:
-        return 0.0 if interim else decided.alpha
-    return look_alpha(alpha, spent_alpha(looks), interim)
+    return decided.alpha if decided else look_alpha(alpha, spent_alpha(looks), interim)
 
 
 def record_look(runs_dir: Path, run_dir: Path, look: Look) -> int:
-    """Log the look in the run and in the runs directory; return how many verdicts this test split
-    has served there, this one included."""
+    """Log the look in the run and in the runs directory; return how many decisions this test split
+    has served there, this one included (`served_decisions`)."""
     run_looks = read_json(run_dir / RUN_LOOKS) if (run_dir / RUN_LOOKS).is_file() else []
     write_atomic(run_dir / RUN_LOOKS, json.dumps([*run_looks, asdict(look)], indent=2))
     with open(runs_dir / REGISTRY, "a", encoding="utf-8") as log:
         log.write(json.dumps(asdict(look)) + "\n")
-    return served_verdicts(runs_dir, look)
+    return served_decisions(runs_dir, look)
 
 
-def served_verdicts(runs_dir: Path, look: Look) -> int:
-    """How many verdicts the registry in `runs_dir` holds on the test split of `look` (its task and test ids)."""
+def served_decisions(runs_dir: Path, look: Look) -> int:
+    """How many decisions the registry in `runs_dir` holds on the test split of `look` (its task and test ids):
+    one per run, however many looks its resumes took, since a run's looks split its α and together add at most
+    α to the family-wise error. A run is known by its directory's name, unique in `runs_dir` however a resume
+    spelled the path (registries of older releases hold the same lines and count the same way)."""
     entries = [json.loads(line) for line in (runs_dir / REGISTRY).read_text(encoding="utf-8").splitlines()
                if line.strip()]
-    return sum(1 for entry in entries if entry["test_hash"] == look.test_hash and entry["task"] == look.task)
+    return len({Path(entry["run_dir"]).name for entry in entries
+                if entry["test_hash"] == look.test_hash and entry["task"] == look.task})
 
 
 def new_look(run_dir: Path, task: str, split_seed: int, test_ids: list[str], interim: bool, alpha: float,

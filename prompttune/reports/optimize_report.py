@@ -76,7 +76,7 @@ def confirmable_gain(n: int, alpha: float, top_k: int = 1, baseline_accuracy: fl
     `baseline_accuracy` (None before the run) only bounds the gain (`smallest_confirmable_gain`)."""
     level = alpha / top_k
     at = f"α = {alpha:.3g}" if top_k == 1 else f"α/K = {level:.3g}, Holm's first step over K = {top_k}"
-    if level <= 0.0:  # an interim look after a recorded final one (engine.verdicts): nothing left to spend
+    if level <= 0.0:  # an older release's interim look after a recorded final one, at α = 0: nothing left
         return f"the test split of {n} examples confirms no gain at {at}: this run's α is spent", None
     model = f"exact one-sided McNemar, {FLIP_SHARE:.0%} of the examples assumed to flip against the new prompt"
     with_power = f"{TARGET_POWER:.0%} power at {at} ({model})"
@@ -101,7 +101,7 @@ def _looks_line(looks: int) -> str:
     if looks <= 1:
         return "This is the first verdict recorded on this test split in the runs directory."
     return (f"**This test split has now served {looks} verdicts in the runs directory (this one included).** "
-            f"Each run tested at α on the same split adds up to α to the family-wise error ({looks} looks: up to "
+            f"Each run tested at α on the same split adds up to α to the family-wise error ({looks} decisions: up to "
             f"{looks}·α); draw a fresh test set with another `--split-seed` before the next decision.")
 
 

@@ -108,7 +108,7 @@ class RunResult:
     trials: TrialStorage | None = None  # the trial log (trials.jsonl, or in memory without a run directory)
     resumed: Resumption | None = None
     servers: dict[str, dict[str, int]] = field(default_factory=dict)  # per-server counts (openai backend)
-    test_looks: int = 1  # verdicts this run's test split has served, this one included (engine.verdicts)
+    test_looks: int = 1  # decisions this run's test split has served, this one included (engine.verdicts)
     generation_check: GenerationCheck | None = None  # --check-generation: the prompts served by generation
     finalists: FinalistRescoring | None = None  # serve generate: the search's top prompts rescored by generation
     prompt_tokens: dict[str, int] = field(default_factory=dict)  # baseline, shipped, dev winner: tokens per request
