@@ -14,7 +14,7 @@ import math
 from typing import Any, Sequence
 
 from prompttune.backends import openai_chat as chat
-from prompttune.backends.constrained import choice_token_cap, first_logprobs
+from prompttune.backends.constrained import choice_token_cap, first_logprobs, first_token_bias
 from prompttune.backends.openai_completions import TOP_LOGPROBS, next_piece
 from prompttune.backends.openai_constraints import constraint_fields
 from prompttune.backends.openai_http import ServerError
@@ -48,7 +48,7 @@ async def choose_one(backend: Any, request: ChoiceRequest, form: str) -> ChoiceR
     if request.first_token_bias and first_ids is None:
         raise UserError("label offsets under serve choice are a logit_bias on the labels' first token ids, which need "
                         "the model's tokenizer: pass --tokenizer")
-    bias = dict(zip(first_ids, request.first_token_bias)) if first_ids and request.first_token_bias else {}
+    bias = first_token_bias(first_ids, request.first_token_bias) if first_ids else {}
     extra = constraint_fields(form, labels) | ({"logit_bias": {str(t): b for t, b in bias.items()}} if bias else {})
     response = await backend.http.post(path, body | extra)
     choice = response["choices"][0]
