@@ -47,8 +47,8 @@ from prompttune.tasks.builtin import tuning_pool
 @dataclass(frozen=True)
 class OpenedCompare:
     """What the open step hands the others: the request, its config resolved (the model's capabilities
-    recorded) and draws, how its models are built, the model behind its watch, the run directory and shared
-    cache, each seed's bench, the caps every arm is matched on, and the arm-seeds an interrupted comparison
+    recorded) and draws, how its models are built, the model behind its watch, the run directory, each seed's
+    bench (with the shared cache), the caps every arm is matched on, and the arm-seeds an interrupted comparison
     finished or left to run."""
 
     request: CompareRequest
@@ -57,7 +57,6 @@ class OpenedCompare:
     build: BackendFactory  # this process's model (unless the request passed one) and each worker's
     watch: ModelWatch
     run_dir: Path
-    shared: ResultCache
     benches: dict[int, Bench]
     caps: list[Cap]
     finished: dict[tuple[str, int], ArmRun]  # read back: they finished before an interruption
@@ -92,7 +91,7 @@ def open_compare(request: CompareRequest, config: RunConfig, draws: dict[int, Dr
                                    run_dir / "arms", console, request.progress, in_memory=request.data is not None)
                        for seed, d in draws.items()}
             finished, todo = _finished_and_todo(request, benches, run_dir / "arms", console)
-            yield OpenedCompare(request, config, draws, build, watch, run_dir, shared, benches,
+            yield OpenedCompare(request, config, draws, build, watch, run_dir, benches,
                                 caps_of(request.match, config.budget, config.budget_tokens), finished, todo,
                                 console)
 
