@@ -17,7 +17,7 @@ from typing import Any, Literal, Sequence
 
 from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.evaluate import load_evaluation_task, run_evaluation
 from prompttune.engine.study import resume_study, run_study
 from prompttune.results.compare import CompareResult
@@ -159,5 +159,6 @@ def compare(task: str | Path | Task = "agnews", *, optimizers: Sequence[str] = (
     data, fields = _task_settings(task, settings)
     check_generation = fields.pop("check_generation", 0)  # compare checks generation only when asked
     config = RunConfig(budget=budget, **fields)
-    return run_compare(config, list(optimizers), list(range(config.seed, config.seed + seeds)), options or {},
-                       backend=backend, mode=mode, progress=progress, data=data, check_generation=check_generation)
+    return run_compare(CompareRequest(config, list(optimizers), list(range(config.seed, config.seed + seeds)),
+                                      options or {}, mode=mode, check_generation=check_generation, data=data,
+                                      backend=backend, progress=progress))

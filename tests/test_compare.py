@@ -13,7 +13,7 @@ from prompttune.comparing.fairness import ModelWatch
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.types import ScoreRequest
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.study import run_study
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
@@ -64,7 +64,7 @@ def test_a_refused_request_charges_none_of_its_shared_hits(tmp_path: Path) -> No
 def test_compare_two_optimizers_two_seeds_matched_budgets(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
     backend = oracle_for(config)
-    result = run_compare(config, ["random", "sh"], [0, 1], {"sh": {"eta": 3}}, backend=backend)
+    result = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {"sh": {"eta": 3}}, backend=backend))
     assert [(r.arm, r.seed) for r in result.runs] == [("random", 0), ("random", 1), ("sh", 0), ("sh", 1)]
     assert all(r.search.calls <= config.budget for r in result.runs)
     assert all(check.ok for check in result.checks), [c for c in result.checks if not c.ok]
@@ -108,8 +108,8 @@ def test_options_are_grouped_by_optimizer() -> None:
 
 def test_jobs_run_arm_seeds_in_worker_processes_with_the_results_of_one_at_a_time(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
-    one = run_compare(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config))
-    two = run_compare(config, ["random", "sh"], [0, 1], {}, backend_factory=oracle_for, jobs=2)
+    one = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config)))
+    two = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {}, backend_factory=oracle_for, jobs=2))
 
     def outcome(comparison) -> list[tuple]:
         return [(r.arm, r.seed, r.best, r.raw, r.search.calls, r.search.tokens, r.confirmation, r.test_correct)
@@ -118,4 +118,4 @@ def test_jobs_run_arm_seeds_in_worker_processes_with_the_results_of_one_at_a_tim
     assert all(check.status != "failed" for check in two.checks), [c for c in two.checks if not c.ok]
     assert len({r.run_dir.parent for r in two.runs}) == 1 and all((r.run_dir / "arm.json").is_file() for r in two.runs)
     with pytest.raises(UserError, match="pass backend_factory, not a backend"):
-        run_compare(config, ["random"], [0], {}, backend=oracle_for(config), jobs=2)
+        run_compare(CompareRequest(config, ["random"], [0], {}, backend=oracle_for(config), jobs=2))

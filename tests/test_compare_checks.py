@@ -21,7 +21,8 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import BudgetExhausted
 from prompttune.core.types import GenerateRequest
 from prompttune.engine import study
-from prompttune.engine.comparison import pick_at, run_compare
+from prompttune.engine.compare_steps import pick_at
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.optimizers.random_search import RandomSearch
 from prompttune.reports.compare_report import spend_cells
 from prompttune.results.compare import Check, CompareResult
@@ -62,7 +63,7 @@ def test_an_arm_that_asks_the_model_behind_its_ledger_fails_the_served_and_cap_c
 
     monkeypatch.setattr(RandomSearch, "tell", tell_and_peek)
     config = oracle_config(tmp_path)
-    result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
+    result = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config)))
     served, cap = _check(result, SERVED), _check(result, CALL_CAP)
     random_run = result.runs[0]
     assert random_run.search.calls == 300 and random_run.served.requests == 305  # five candidates, five peeks
@@ -84,7 +85,7 @@ def test_an_arm_with_another_baseline_prompt_fails_the_baseline_check(
 
     monkeypatch.setattr(study, "load_space", sh_shows_options)
     config = oracle_config(tmp_path)
-    result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
+    result = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config)))
     check = _check(result, BASELINE)
     assert check.status == "failed" and check.detail.count("sha256") == 2
     # Another base spec is another space too, which the coverage check also catches.
@@ -103,7 +104,7 @@ def test_an_arm_judged_on_other_test_examples_fails_the_test_id_check(
 
     monkeypatch.setattr(study, "load_run_task", sh_loses_a_test_example)
     config = oracle_config(tmp_path)
-    result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
+    result = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config)))
     check = _check(result, TEST_IDS)
     assert check.status == "failed" and "random s0" in check.detail and "sh s0" in check.detail
     assert [len(r.test_ids) for r in result.runs] == [config.test_size, config.test_size - 1]
@@ -120,8 +121,9 @@ def random_stops_early_at_seed_1(tmp_path_factory: pytest.TempPathFactory) -> tu
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(RandomSearch, "ask", lambda self: None if self.context.seed == 1 and self._scored else ask(self))
         config = oracle_config(tmp_path)
-        result = run_compare(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config),
-                             console=Console(file=console, width=250), progress=True, allow_underspend=True)
+        result = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config),
+                                            console=Console(file=console, width=250), progress=True,
+                                            allow_underspend=True))
     return result, console.getvalue()
 
 
@@ -140,7 +142,7 @@ def test_an_arm_that_stops_early_fails_the_matched_budget_check_unless_allowed(
     with pytest.MonkeyPatch.context() as patch:  # without it, the same comparison fails that check
         patch.setattr(RandomSearch, "ask", lambda self: None if self._scored else ask(self))
         config = oracle_config(tmp_path)
-        strict = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config))
+        strict = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config)))
     assert _check(strict, "every arm spent at least 90%").status == "failed"
 
 
@@ -204,8 +206,8 @@ def test_a_token_cap_refuses_the_request_that_would_pass_it_before_the_model_see
 
 def test_match_tokens_caps_and_checks_tokens(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget_tokens=4000)
-    result = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens",
-                         allow_underspend=True)
+    result = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens",
+                                        allow_underspend=True))
     assert [(cap.unit, cap.limit) for cap in result.caps] == [("tokens", 4000), ("calls", 300)]
     assert all(r.search.tokens <= 4000 and r.search.calls < 300 for r in result.runs)  # tokens bind, not calls
     assert all(r.stopped_by_budget for r in result.runs)
@@ -236,10 +238,10 @@ class BoundsByBytes(CountingBackend):
 
 def test_match_tokens_holds_on_a_backend_that_bounds_tokens_by_bytes(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget_tokens=4000)
-    loose = run_compare(config, ["random", "sh"], [0], {}, backend=BoundsByBytes(oracle_for(config)), match="tokens",
-                        allow_underspend=True)
-    exact = run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens",
-                        allow_underspend=True)
+    loose = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=BoundsByBytes(oracle_for(config)),
+                                       match="tokens", allow_underspend=True))
+    exact = run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config), match="tokens",
+                                       allow_underspend=True))
     assert all(r.search.tokens <= 4000 and r.stopped_by_budget for r in loose.runs)
     assert not _failed(loose)  # served equals charged, tokens included, and the cap holds
     # The loose reserve refuses requests the exact one lets run: the arms stop further short of the cap.

@@ -16,7 +16,7 @@ from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.comparing.coverage import INSTRUCTION, aspect_of, coverage_check, plan_coverage, touched_fields
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import DSPY_ARMS, STRATEGIES
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.results.compare import CompareResult
 from prompttune.search_spaces import build_space, default_space
@@ -30,8 +30,8 @@ def _compare(tmp_path: Path, arms: list[str], seeds: list[int], mode: str = "sam
              **changes) -> tuple[CompareResult, object]:
     config = oracle_config(tmp_path, **changes)
     backend = oracle_for(config, accuracy) if accuracy else oracle_for(config)
-    return run_compare(config, arms, seeds, {}, backend=backend, console=QUIET, mode=mode,
-                       allow_underspend=True), backend  # hill-climbers stop early on the small oracle task
+    return run_compare(CompareRequest(config, arms, seeds, {}, backend=backend, console=QUIET, mode=mode,
+                                      allow_underspend=True)), backend  # hill-climbers stop early on the small oracle task
 
 
 def _trial_demos(run_dir: Path) -> set[tuple[str, ...]]:
@@ -219,8 +219,8 @@ def test_raw_and_guarded_differ_when_the_raw_pick_is_not_confirmed_and_cost_no_e
 
 def test_native_demos_let_the_grid_searchers_try_demos(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
-    c = run_compare(config, ["random"], [0], {}, backend=oracle_for(config), console=QUIET, mode="native",
-                    native_demos=4, allow_underspend=True)
+    c = run_compare(CompareRequest(config, ["random"], [0], {}, backend=oracle_for(config), console=QUIET,
+                                   mode="native", native_demos=4, allow_underspend=True))
     assert "few_shot.k" in c.coverage["random"].searched
     run_dir = c.runs[0].run_dir
     assert json.loads((run_dir / "config.json").read_text())["native_demos"] == 4
@@ -228,4 +228,4 @@ def test_native_demos_let_the_grid_searchers_try_demos(tmp_path: Path) -> None:
     assert ks <= {0, 2, 4} and ks - {0}  # it tried prompts with demos
     assert len(c.runs[0].raw.demo_ids) in ks and all(check.status != "failed" for check in c.checks)
     with pytest.raises(UserError, match="--native-demos adds demos .* it needs --mode native"):
-        run_compare(config, ["random"], [0], {}, backend=oracle_for(config), native_demos=4)
+        run_compare(CompareRequest(config, ["random"], [0], {}, backend=oracle_for(config), native_demos=4))

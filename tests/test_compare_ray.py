@@ -12,7 +12,7 @@ import pytest
 
 from prompttune.cli import main
 from prompttune.core.storage import JsonlStorage
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.results.compare import CompareResult
 from tests.support import comparison_outcome, oracle_config, oracle_for
 
@@ -49,9 +49,10 @@ def _trials(comparison: CompareResult) -> dict[tuple[str, int], list[dict]]:
 
 def test_ray_tasks_give_the_trials_verdicts_and_report_of_one_at_a_time(tmp_path: Path, local_ray: None) -> None:
     config = oracle_config(tmp_path, budget=150)  # half the usual cap, to keep the test short: the arms underspend it
-    one = run_compare(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config), allow_underspend=True)
-    on_ray = run_compare(config, ["random", "sh"], [0, 1], {}, backend_factory=oracle_for, jobs=2, executor="ray",
-                         allow_underspend=True)
+    one = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {}, backend=oracle_for(config),
+                                     allow_underspend=True))
+    on_ray = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {}, backend_factory=oracle_for, jobs=2,
+                                        executor="ray", allow_underspend=True))
 
     assert _trials(on_ray) == _trials(one)
     assert [(r.arm, r.seed, r.best, r.raw, r.confirmation, r.raw_confirmation, r.test_correct) for r in on_ray.runs] == [

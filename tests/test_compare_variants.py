@@ -99,11 +99,12 @@ def test_a_variant_whose_options_hold_calibration_is_shown_holding_it(tmp_path: 
 
 
 def test_a_variant_the_mode_makes_identical_to_its_optimizer_is_refused(tmp_path: Path) -> None:
-    from prompttune.engine.comparison import check_compare
+    from prompttune.engine.comparison import CompareRequest, check_compare
     from tests.support import oracle_config
 
     options = {"reflect-nocal": {"optimizer": "reflect", "calibration": "off"}}
     # Same-space mode holds reflect's calibration off anyway (the space declares none): the two arms are one.
     with pytest.raises(UserError, match="arms reflect and reflect-nocal would run the same search in same-space mode"):
-        check_compare(oracle_config(tmp_path), ["reflect", "reflect-nocal"], [0], options, mode="same-space")
-    check_compare(oracle_config(tmp_path), ["reflect", "reflect-nocal"], [0], options, mode="native")
+        check_compare(CompareRequest(oracle_config(tmp_path), ["reflect", "reflect-nocal"], [0], options,
+                                     mode="same-space"))
+    check_compare(CompareRequest(oracle_config(tmp_path), ["reflect", "reflect-nocal"], [0], options, mode="native"))

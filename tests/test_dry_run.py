@@ -173,5 +173,5 @@ def test_compare_refuses_a_test_size_that_gives_every_seed_the_same_test_split(t
     err = capsys.readouterr().err
     assert "seeds 0, 1 share a test split of 60 examples" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
-    comparison.check_compare(RunConfig(task=str(task), budget=400, train_size=100, dev_size=100, test_size=40),
-                             ["random", "sh"], [0, 1], {})
+    comparison.check_compare(comparison.CompareRequest(
+        RunConfig(task=str(task), budget=400, train_size=100, dev_size=100, test_size=40), ["random", "sh"], [0, 1]))

@@ -25,7 +25,7 @@ from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E40
 from prompttune.dspy_bridge.gepa import feedback_text  # noqa: E402
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
-from prompttune.engine.comparison import check_compare, run_compare  # noqa: E402
+from prompttune.engine.comparison import CompareRequest, check_compare, run_compare  # noqa: E402
 from prompttune.engine.export import export  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
@@ -207,7 +207,7 @@ def test_an_arm_the_cap_cannot_pay_for_is_one_line_before_any_model_call(arm: st
     config = oracle_config(tmp_path, budget=cap, train_size=120, dev_size=150)
     backend = oracle_for(config)
     with pytest.raises(UserError) as error:
-        run_compare(config, ["random", arm], [0], {}, backend=backend)
+        run_compare(CompareRequest(config, ["random", arm], [0], {}, backend=backend))
     assert str(error.value) == message and backend.calls == 0
     assert not (tmp_path / "runs").exists()
 
@@ -226,7 +226,7 @@ def test_under_serve_generate_the_arm_names_the_budget_to_pass(tmp_path: Path) -
     --budget that pays for the arm's smallest run."""
     def check(budget: int) -> None:
         config = oracle_config(tmp_path, budget=budget, train_size=120, dev_size=150, serve="generate")
-        check_compare(config, ["random", "dspy-copro"], [0], {})
+        check_compare(CompareRequest(config, ["random", "dspy-copro"], [0], {}))
 
     with pytest.raises(UserError) as error:
         check(200)
@@ -239,8 +239,9 @@ def _arm(tmp_path: Path, arm: str, budget: int, backend_for=oracle_for, options:
          mode: str = "same-space", **sizes):
     config = oracle_config(tmp_path, budget=budget, **sizes)
     backend = RecordingBackend(backend_for(config).inner)
-    result = run_compare(config, [arm], [0], {arm: options} if options else {}, backend=backend, mode=mode,
-                         allow_underspend=True)  # spend at tiny caps is not what these tests are about
+    # allow_underspend: spend at tiny caps is not what these tests are about
+    result = run_compare(CompareRequest(config, [arm], [0], {arm: options} if options else {}, backend=backend,
+                                        mode=mode, allow_underspend=True))
     run = result.runs[0]
     # Held out and capped: the verdict scored test, the ledger never passed the cap, every check passed.
     assert run.search.calls <= budget and run.confirmation.n == config.test_size
@@ -286,7 +287,7 @@ def test_a_dspy_arm_writes_its_proposals_with_the_proposer_model(arm: str, tmp_p
     task_model, proposer = RecordingBackend(oracle_for(config).inner), RecordingBackend(oracle_for(config).inner)
     monkeypatch.setattr(study, "check_proposer_backend", lambda config: None)
     monkeypatch.setattr(study, "build_proposer_backend", lambda config: proposer)
-    result = run_compare(config, [arm], [0], {}, backend=task_model, allow_underspend=True)
+    result = run_compare(CompareRequest(config, [arm], [0], {}, backend=task_model, allow_underspend=True))
     run = result.runs[0]
     assert proposer.generated and not task_model.generated
     assert run.search.calls_by_kind["propose"] == len(proposer.generated)
@@ -310,7 +311,8 @@ def test_dspy_simba_appends_demos_from_train_within_the_cap(tmp_path: Path) -> N
 
 def test_dspy_bfrs_arm_stopped_by_the_cap_keeps_its_best_full_dev_program(tmp_path: Path) -> None:
     config = oracle_config(tmp_path, budget=150, dev_size=50)
-    result = run_compare(config, ["random", "dspy-bfrs"], [0], {}, backend=oracle_for(config), mode="native")
+    result = run_compare(CompareRequest(config, ["random", "dspy-bfrs"], [0], {}, backend=oracle_for(config),
+                                        mode="native"))
     run = result.runs[1]
     assert run.stopped_by_budget and run.search.calls <= 150
     assert run.foreign_calls >= 50  # the zero-shot program is the baseline random already scored
@@ -326,7 +328,7 @@ def test_dspy_on_the_real_model_is_charged_capped_and_confirmed(data_dir: Path, 
         "task": "agnews", "data_dir": str(data_dir), "budget": 30, "train_size": 20, "dev_size": 12,
         "test_size": 20})
     backend = CountingBackend(embedded_model)
-    result = run_compare(config, ["dspy-bfrs"], [0], {}, backend=backend, mode="native")
+    result = run_compare(CompareRequest(config, ["dspy-bfrs"], [0], {}, backend=backend, mode="native"))
     run = result.runs[0]
     # Zero-shot and labeled-only programs (12 dev calls each), then bootstrapping until the cap.
     assert run.stopped_by_budget and run.search.calls == 30 and run.best_dev is not None

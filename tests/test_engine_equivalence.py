@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.study import run_study
 from tests.support import oracle_config, oracle_for
@@ -84,7 +84,7 @@ def _reflect_outcome(options: dict, tmp_path: Path) -> dict:
 def _compare_outcome(tmp_path: Path) -> list[list]:
     """A two-arm compare, one prompttune arm and one DSPy arm, one seed: what each arm picked, shipped and spent."""
     config = oracle_config(tmp_path, budget=200)
-    result = run_compare(config, ["sh", "dspy-copro"], [0], {}, backend=oracle_for(config))
+    result = run_compare(CompareRequest(config, ["sh", "dspy-copro"], [0], {}, backend=oracle_for(config)))
     return [[r.arm, r.seed, _digest(asdict(r.raw)), _digest(asdict(r.best)), r.search.calls, r.search.tokens,
              r.confirm_calls, _digest(list(r.test_correct))] for r in result.runs]
 

@@ -14,7 +14,7 @@ import prompttune
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.engine import comparison, evaluate
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.study import run_study, run_versions
 from prompttune.results.arms import load_arm_run
 from prompttune.results.compare import CompareResult
@@ -69,7 +69,7 @@ def test_a_wider_margin_flags_nothing(red_lost: RunResult) -> None:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory: pytest.TempPathFactory) -> CompareResult:
     config = oracle_config(tmp_path_factory.mktemp("per-class-compare"), test_size=150)
-    return run_compare(config, ["random", "sh"], [0], {}, backend=oracle_for(config, red_collapses))
+    return run_compare(CompareRequest(config, ["random", "sh"], [0], {}, backend=oracle_for(config, red_collapses)))
 
 
 def test_a_comparison_flags_each_arms_lost_classes_and_gives_its_versions(compared: CompareResult) -> None:

@@ -137,7 +137,7 @@ def test_the_cli_takes_a_pool_and_refuses_one_a_task_file_lacks(capsys, tmp_path
 
 def test_a_comparison_on_the_reporting_pool_reports_that_no_test_example_is_in_a_tuning_draw(tmp_path: Path) -> None:
     from prompttune.core.config import RunConfig
-    from prompttune.engine.comparison import run_compare
+    from prompttune.engine.comparison import CompareRequest, run_compare
     from tests.support import oracle_for
 
     root = _write_agnews(tmp_path / "data", rows_per_class=40)
@@ -146,11 +146,11 @@ def test_a_comparison_on_the_reporting_pool_reports_that_no_test_example_is_in_a
                                                                              "Sci/Tech"] for i in range(10))
     config = RunConfig(task="agnews", data_dir=str(root), pool="reporting", budget=60, train_size=10, dev_size=20,
                        test_size=20, split_seed=100, runs_dir=str(tmp_path / "runs"))
-    result = run_compare(config, ["random"], [0, 1], {}, backend=oracle_for(config), allow_underspend=True)
+    result = run_compare(CompareRequest(config, ["random"], [0, 1], {}, backend=oracle_for(config),
+                                        allow_underspend=True))
     check = next(c for c in result.checks if "tuning draw" in c.claim)
     assert check.ok and check.detail.startswith("0 of 40 test examples are in the ")
     assert "✓ no test example of any seed appears in any tuning draw" in (result.run_dir / "report.md").read_text()
-    tuned = run_compare(config.model_copy(update={"pool": "tuning", "split_seed": 7}), ["random"], [0], {},
-                        backend=oracle_for(config.model_copy(update={"pool": "tuning", "split_seed": 7})),
-                        allow_underspend=True)
+    tuning = config.model_copy(update={"pool": "tuning", "split_seed": 7})
+    tuned = run_compare(CompareRequest(tuning, ["random"], [0], {}, backend=oracle_for(tuning), allow_underspend=True))
     assert not any("tuning draw" in c.claim for c in tuned.checks)

@@ -14,7 +14,7 @@ import prompttune
 from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, Record, ScoreRequest, ScoreResult
-from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.engine.comparison import CompareRequest, resume_compare, run_compare
 from prompttune.optimizers.contract import SearchContext, spec_candidate
 from prompttune.optimizers.reflect.race import gold_probability, margin, race_score
 from prompttune.optimizers.reflect.strategy import WRITTEN, ReflectiveRace
@@ -157,7 +157,8 @@ def test_same_space_holds_what_the_space_does_not_declare_native_mode_lets_it_wr
 
 def test_an_arm_added_to_a_comparison_runs_on_its_seeds_and_reads_the_others_back(tmp_path: Path) -> None:
     config = oracle_config(tmp_path)
-    first = run_compare(config, ["random"], [0, 1], {}, backend=oracle_for(config), allow_underspend=True)
+    first = run_compare(CompareRequest(config, ["random"], [0, 1], {}, backend=oracle_for(config),
+                                       allow_underspend=True))
     backend = oracle_for(config)
     with pytest.raises(UserError, match="would change what random search"):
         resume_compare(first.run_dir, backend=backend, add=["p2g"])  # same-space: p2g shares the instruction only

@@ -22,8 +22,8 @@ from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
 from prompttune.core.storage import JsonlStorage
-from prompttune.engine import comparison, record_step
-from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.engine import arm_executors, record_step
+from prompttune.engine.comparison import CompareRequest, resume_compare, run_compare
 from prompttune.engine.study import resume_study, run_study
 from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
 from prompttune.results.arms import ARM_FILE
@@ -255,7 +255,7 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
                                                                           signum: signal.Signals) -> None:
     config = oracle_config(tmp_path / "whole")
     whole_backend = oracle_for(config)
-    whole = run_compare(config, ["random", "sh"], [0, 1], {}, backend=whole_backend)
+    whole = run_compare(CompareRequest(config, ["random", "sh"], [0, 1], {}, backend=whole_backend))
     folder = tmp_path / "killed"
 
     def one_arm_finished_the_next_midway() -> bool:
@@ -277,8 +277,8 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
     assert f"`compare --resume {compare_dir}` finishes it" in capsys.readouterr().err
 
     started: list[tuple[str, int]] = []
-    run_arm = comparison.run_arm
-    monkeypatch.setattr(comparison, "run_arm", lambda bench, arm, seed, resume_dir=None: started.append((arm, seed))
+    run_arm = arm_executors.run_arm
+    monkeypatch.setattr(arm_executors, "run_arm", lambda bench, arm, seed, resume_dir=None: started.append((arm, seed))
                         or run_arm(bench, arm, seed, resume_dir))
     backend = oracle_for(config)
     resumed = resume_compare(compare_dir, backend=backend)
@@ -334,7 +334,7 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
     if executor == "ray":
         pytest.importorskip("ray")
     config = oracle_config(tmp_path / "whole")
-    whole = run_compare(config, ["random"], [0, 1, 2], {}, backend=oracle_for(config))
+    whole = run_compare(CompareRequest(config, ["random"], [0, 1, 2], {}, backend=oracle_for(config)))
     folder = tmp_path / "stopped"
 
     def one_arm_finished_another_midway() -> bool:  # two workers, three arm-seeds of five trials each
@@ -376,7 +376,7 @@ def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_p
     # read the mode back from the comparison's config.json, or it refuses the arm. The arm stops at its
     # cap in mid-evaluation with DSPy's 32 threads: the evaluation is paid for in its devset's order, so
     # the compile asks again exactly what it paid for, whichever threads asked first.
-    whole = run_compare(config, ["dspy-bfrs"], [0], {}, backend=oracle_for(config), mode="native")
+    whole = run_compare(CompareRequest(config, ["dspy-bfrs"], [0], {}, backend=oracle_for(config), mode="native"))
     arm = whole.runs[0]
     # What a kill leaves after the arm's last file but before its arm.json: an unfinished arm.
     (arm.run_dir / ARM_FILE).unlink()

@@ -13,7 +13,7 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import STRATEGIES, StrategyEntry, lookup
 from prompttune.engine import comparison, plan
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.optimizers import SearchContext
 from prompttune.optimizers.random_search import RandomSearch
 from prompttune.optimizers.registry import OptimizerStrategy, Reach, Setting, Strategy
@@ -46,7 +46,7 @@ def test_an_unknown_strategy_is_one_line_naming_every_registered_one() -> None:
 
 def test_compare_runs_records_and_reports_a_registered_dspy_like_strategy(tmp_path: Path, fake_dspy: None) -> None:
     config = oracle_config(tmp_path, budget=120)
-    result = run_compare(config, ["random", FAKE], [0], {}, backend=oracle_for(config))
+    result = run_compare(CompareRequest(config, ["random", FAKE], [0], {}, backend=oracle_for(config)))
     assert [(r.arm, r.seed) for r in result.runs] == [("random", 0), (FAKE, 0)]
     assert result.versions["fakedspy"] == "9.9" and "dspy" not in result.versions
     report = (result.run_dir / "report.md").read_text()

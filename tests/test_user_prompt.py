@@ -13,7 +13,7 @@ import pytest
 from prompttune.commands.space import add_parser as add_space_commands
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
-from prompttune.engine.comparison import run_compare
+from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.evaluate import load_evaluation_task, load_prompts
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
@@ -162,7 +162,7 @@ def test_prompt_file_replaces_the_tasks_prompt_for_the_run_its_resume_and_compar
     resumed = read_run_config(result.run_dir)
     assert load_space(resumed, load_run_task(resumed)).notes[0].startswith(f"The baseline is your prompt (--prompt "
                                                                            f"{tmp_path / 'mine.txt'})")
-    compared = run_compare(config, ["random"], [0], {}, backend=oracle_for(config))
+    compared = run_compare(CompareRequest(config, ["random"], [0], {}, backend=oracle_for(config)))
     arm = compared.runs[0].run_dir
     assert (arm / "baseline_prompt.txt").read_text().startswith("Which colour is this item?\nItem: ")
 

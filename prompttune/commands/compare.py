@@ -21,7 +21,7 @@ from prompttune.comparing.coverage import MODES
 from prompttune.comparing.variants import VARIANT_OF
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge import STRATEGIES
-from prompttune.engine.comparison import resume_compare, run_compare
+from prompttune.engine.comparison import CompareRequest, resume_compare, run_compare
 from prompttune.engine.plan import plan_compare
 from prompttune.reports import reports_of
 from prompttune.results.compare import CompareResult
@@ -104,17 +104,15 @@ def _compare(args: argparse.Namespace) -> int:
         options = _with_variants(parse_options(args.option), variants)
         if not arms:
             raise UserError("--optimizers names no optimizer")
-        config = run_config(args, class_loss_margin=args.class_loss_margin)
-        seeds = list(range(args.seed, args.seed + args.seeds))
+        request = CompareRequest(run_config(args, class_loss_margin=args.class_loss_margin), arms,
+                                 list(range(args.seed, args.seed + args.seeds)), options, mode=args.mode,
+                                 match=args.match, allow_underspend=args.allow_underspend,
+                                 native_demos=args.native_demos, check_generation=args.check_generation,
+                                 jobs=args.jobs, executor=args.executor, progress=True)
         if args.dry_run:
-            print("\n".join(plan_compare(config, arms, seeds, options, mode=args.mode,
-                                          match=args.match, native_demos=args.native_demos,
-                                          jobs=args.jobs, executor=args.executor,
-                                          check_generation=args.check_generation).lines()))
+            print("\n".join(plan_compare(request).lines()))
             return 0
-        result = run_compare(config, arms, seeds, options, mode=args.mode, match=args.match,
-                             allow_underspend=args.allow_underspend, native_demos=args.native_demos, jobs=args.jobs,
-                             executor=args.executor, check_generation=args.check_generation, progress=True)
+        result = run_compare(request)
     failed = [check.claim for check in result.checks if check.status == "failed"]
     if args.json:
         print_json(comparison_json(result))

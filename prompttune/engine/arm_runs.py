@@ -1,5 +1,5 @@
 """One compare arm-seed run through the engine (`run_study`), in this process or as a worker's job (`--jobs`,
-Ray: `prompttune.engine.workers`), and each seed's data draw the arms run on.
+Ray: `prompttune.engine.arm_executors`), and each seed's data draw the arms run on.
 
 A worker rebuilds its seed's draw and model from the job alone: an arm runs the same search in a worker as
 in the comparison's own process.
@@ -7,6 +7,7 @@ in the comparison's own process.
 
 from __future__ import annotations
 
+import json
 import math
 import socket
 from dataclasses import dataclass
@@ -24,7 +25,6 @@ from prompttune.core.interrupt import StopRequest
 from prompttune.engine.run_dir import BackendFactory
 from prompttune.engine.setup import load_run_task, load_space, require_dev_budget
 from prompttune.engine.study import checked_search, run_study
-from prompttune.engine.workers import Executor, ProcessExecutor
 from prompttune.optimizers import SearchContext
 from prompttune.results.arms import ArmRun, save_arm_run
 from prompttune.results.compare import Coverage
@@ -33,6 +33,20 @@ from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import SearchSpace
 from prompttune.tasks.base import Task
+
+
+def arm_key(config: RunConfig) -> tuple[str, str, int]:
+    """What tells an arm-seed's run apart: its optimizer, its options (a named variant's differ) and its seed."""
+    return config.optimizer, json.dumps(config.optimizer_options, sort_keys=True, default=str), config.seed
+
+
+@dataclass(frozen=True)
+class ArmSeed:
+    """One arm at one seed, still to run: `resume_dir` is the directory an interrupted comparison left it, if any."""
+
+    arm: str
+    seed: int
+    resume_dir: Path | None = None
 
 
 def split_seeds(config: RunConfig, seeds: list[int]) -> dict[int, int]:
@@ -106,50 +120,45 @@ def run_arm(bench: Bench, arm: str, seed: int, resume_dir: Path | None = None,
 
 
 @dataclass(frozen=True)
-class ArmJob:
-    """One arm-seed for a worker process (`--jobs`): what it needs to set up its seed's bench alone."""
+class WorkerBench:
+    """What a worker (`--jobs`, Ray) rebuilds its seed's `Bench` from: the same for every arm-seed of a comparison."""
 
-    config: RunConfig  # the seed's draw (its split seed)
+    configs: dict[int, RunConfig]  # per seed, its draw (its split seed)
     arms: list[str]
     options: dict[str, dict[str, Any]]
     mode: str
-    arm: str
-    seed: int
     arms_dir: Path
-    open_cache: Callable[[], ResultCache]  # the comparison's shared cache, as this job's worker reaches it
-    resume_dir: Path | None
+    cache: Path  # the comparison's shared cache, reached through the executor's `cache_opener`
     backend_factory: BackendFactory
     data: Task | None  # in-memory data, drawn again per seed
 
 
-def make_executor(spec: str, jobs: int) -> Executor:
-    """The executor `--executor` names: `process` (worker processes here) or `ray[:ADDRESS]` (Ray tasks: a local
-    Ray, the cluster RAY_ADDRESS names, or the one at ADDRESS). Only checks; nothing starts before `run`."""
-    kind, colon, address = spec.partition(":")
-    if kind == "process" and not colon:
-        return ProcessExecutor(jobs)
-    if kind == "ray" and (address or not colon):
-        from prompttune.engine.ray_executor import RayExecutor  # Ray is an optional extra
+@dataclass(frozen=True)
+class ArmJob:
+    """One arm-seed for a worker: the comparison's worker bench, and its shared cache as the worker reaches it."""
 
-        return RayExecutor(jobs, address or None)
-    raise UserError(f"--executor expects process, ray or ray:ADDRESS, got {spec!r}")
+    bench: WorkerBench
+    arm_seed: ArmSeed
+    open_cache: Callable[[], ResultCache]
 
 
 def run_job(job: ArmJob, stop: StopRequest) -> Path:
     """Run one arm-seed in a worker: its own model (from the factory), model watch and connection to
     the shared cache, and a first signal stops it as it stops an arm of --jobs 1; the arm's directory
     (with arm.json) is the result."""
-    if not job.arms_dir.is_dir():
-        raise UserError(f"{job.arms_dir} is not on {socket.gethostname()}'s file system: a worker on another machine "
-                        f"needs the comparison's --runs-dir mounted at the same path")
-    drawn, task, space, coverage, _ = draw_seed(job.config, job.arms, job.options, job.mode, job.config.split_seed,
-                                                job.data, check=False)
-    backend = job.backend_factory(drawn)
+    worker_bench, arm_seed = job.bench, job.arm_seed
+    if not worker_bench.arms_dir.is_dir():
+        raise UserError(f"{worker_bench.arms_dir} is not on {socket.gethostname()}'s file system: a worker on another "
+                        f"machine needs the comparison's --runs-dir mounted at the same path")
+    config = worker_bench.configs[arm_seed.seed]
+    drawn, task, space, coverage, _ = draw_seed(config, worker_bench.arms, worker_bench.options, worker_bench.mode,
+                                                config.split_seed, worker_bench.data, check=False)
+    backend = worker_bench.backend_factory(drawn)
     shared = job.open_cache()
     try:
-        bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, job.options, coverage, job.arms_dir,
-                      Console(quiet=True), in_memory=job.data is not None)
-        run = run_arm(bench, job.arm, job.seed, job.resume_dir, stop)
+        bench = Bench(drawn, task, space, ModelWatch(backend, task), shared, worker_bench.options, coverage,
+                      worker_bench.arms_dir, Console(quiet=True), in_memory=worker_bench.data is not None)
+        run = run_arm(bench, arm_seed.arm, arm_seed.seed, arm_seed.resume_dir, stop)
         save_arm_run(run)
         return run.run_dir
     finally:

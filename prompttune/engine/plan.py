@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any, Literal
 
 from prompttune.backends.capabilities import Capabilities
 from prompttune.backends.factory import build_backend
@@ -21,7 +20,7 @@ from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import caps_of
 from prompttune.core.config import RunConfig
 from prompttune.dspy_bridge import lookup
-from prompttune.engine.comparison import check_compare
+from prompttune.engine.compare_request import CompareRequest, check_compare
 from prompttune.engine.setup import load_run_task, load_space, run_contract
 from prompttune.engine.study import checked_search
 from prompttune.optimizers import SearchContext
@@ -197,21 +196,17 @@ class ComparePlan:
         ]
 
 
-def plan_compare(config: RunConfig, arms: list[str], seeds: list[int], options: dict[str, dict[str, Any]],
-                 mode: str = "same-space", match: Literal["calls", "tokens"] = "calls", native_demos: int = 0,
-                 jobs: int = 1, probe_examples: int = PROBE_EXAMPLES, executor: str = "process",
-                 check_generation: int = 0) -> ComparePlan:
+def plan_compare(request: CompareRequest, probe_examples: int = PROBE_EXAMPLES) -> ComparePlan:
     """Check the comparison as `run_compare` would (`check_compare`), then time the baseline once, on
     `probe_examples` dev examples of the first seed's draw."""
-    given = config
-    config, draws = check_compare(config, arms, seeds, options, mode, match, native_demos, jobs, executor=executor,
-                                  check_generation=check_generation)
+    config, draws = check_compare(request)
+    arms, seeds, options = request.arms, request.seeds, request.options
     first = draws[seeds[0]]
     plans = [ArmPlan(arm, first.coverage[arm].searched, first.coverage[arm].held,
                      strategy_line(arm_config(first.config, arm, options, first.coverage), first.contexts[arm]))
              for arm in arms]
-    return ComparePlan(mode, plans, seeds, [d.config.split_seed for d in draws.values()],
-                       caps_of(match, config.budget, config.budget_tokens),
+    return ComparePlan(request.mode, plans, seeds, [d.config.split_seed for d in draws.values()],
+                       caps_of(request.match, config.budget, config.budget_tokens),
                        [len(d.task.splits["test"]) for d in draws.values()],
-                       probe(config, first.task, first.contexts[arms[0]], run_contract(given, first.task)[1],
+                       probe(config, first.task, first.contexts[arms[0]], run_contract(request.config, first.task)[1],
                              probe_examples))
