@@ -2,17 +2,18 @@
 on paired dev examples. Read top to bottom: the stages, then what each hands the next.
 
 1. **Screen** (propose widely). The baseline and as many distinct draws of the space as `screen_share` pays
-   for, each also as its calibrated twin (`calibration.py`), race (`race.py`) on one block of dev examples; where they
-   outnumber the pool, the best `2 × pool` go on to a block twice as long before the pool is cut, so no prompt
-   leaves on one short block. Draws that show demos get their own class-balanced set of train examples that
-   look like the dev inputs (`prompttune.search_spaces.demo_pool`).
+   for, each also as its calibrated twin (`calibration.py`), race (`race.py`) on one block of dev examples;
+   where they outnumber the pool (`pool.py`), the best `2 × pool` go on to a block twice as long before the
+   pool is cut, so no prompt leaves on one short block. Draws that show demos get their own class-balanced set
+   of train examples that look like the dev inputs (`prompttune.search_spaces.demo_pool`).
 2. **Evolve** (propose from what wins). A parent drawn from the pool's per-example Pareto front makes one
    child by a move (`moves.py`: reflection on its train errors, a grammar move, a demo swap, a merge, a
    sampled instruction), each move drawn by how often its children entered the pool; a child enters when its
-   race score (`race.py`) beats the pool's worst; after `patience` rejections the block grows.
-3. **Final** (rank). The pool on doubling dev prefixes, the better half going on, then the finalists on the
-   longest dev prefix the budget pays for (sized by the driver's services, `optimizers/services.py`), each
-   beside a twin with offsets refit there; ranked by the objective, and the driver's verdict tests the leader.
+   race score beats the pool's worst; after `patience` rejections the block grows.
+3. **Final** (rank, `final.py`). The pool on doubling dev prefixes, the better half going on, then the
+   finalists on the longest dev prefix the budget pays for (sized by the driver's services,
+   `optimizers/services.py`), each beside a twin with offsets refit there; ranked by the objective, and the
+   driver's verdict tests the leader.
 
 Why these choices, and the accuracies that decided each default: docs/optimizers.md (reflect).
 
