@@ -48,7 +48,8 @@ class CritiqueAsk:
 
 class Moves:
     """Children of pool parents, one move at a time, drawn by how often each move's children entered the pool
-    (`made`, `entered`: the strategy counts them); what reflection wrote and critiqued along the way."""
+    (`made`, `entered`: the strategy counts them); what reflection wrote and critiqued along the way. Of the
+    context it reads the space, the splits and the seed, never the budget (the strategy's to spend)."""
 
     def __init__(self, context: SearchContext, options: ReflectOptions, pool: Pool, rng: np.random.Generator,
                  proposer: Proposer | None = None) -> None:
