@@ -145,12 +145,12 @@ def test_reflect_with_several_parents_writes_their_critiques_and_edits_in_one_ge
                                   backend=backend, options={"parents": parents}, record=False, check_generation=0)
         written = run.search_ledger.calls_by_kind["propose"]
         race = run.strategy.optimizer
-        assert written == 2 * len(race.critiques) and run.search_ledger.calls <= 800
+        assert written == 2 * len(race.moves.critiques) and run.search_ledger.calls <= 800
         if parents == 1:
             assert sizes == [1] * written
         else:
             assert max(sizes) == 3 and backend.generate_batches < written
-            assert race.made["reflect"] > 0
+            assert race.moves.made["reflect"] > 0
 
 
 class DecodesAlone(CallCounter):
@@ -222,7 +222,7 @@ def _reflect_together(tmp_path: Path, cache: Path, together: bool) -> tuple[list
                               backend=BatchMarking(problem.backend), cache=str(cache), runs_dir=str(tmp_path),
                               options={"parents": 3, "decode_together": together}, check_generation=0)
     ledger = {k: v for k, v in run.search_ledger.summary().items() if k != "calls_by_kind"}  # hits named apart
-    return [*run.trials.load(), ledger, run.verdict.summary()], run.strategy.optimizer.critiques
+    return [*run.trials.load(), ledger, run.verdict.summary()], run.strategy.optimizer.moves.critiques
 
 
 def test_reflect_decoding_together_batches_a_step_and_a_run_from_a_partial_cache_writes_the_same(

@@ -190,7 +190,7 @@ def test_usable_critiques() -> None:
 def test_unusable_critiques_suggest_a_proposer_model_once(tmp_path: Path) -> None:
     empty = run_oracle("reflect", 600, proposals=lambda text: "")
     assert len(empty.result.advice) == 1 and "--proposer-model MODEL" in empty.result.advice[0]
-    assert "an empty answer" in empty.result.advice[0] and empty.optimizer.critiques
+    assert "an empty answer" in empty.result.advice[0] and empty.optimizer.moves.critiques
     assert f"note: {empty.result.advice[0]}" in empty.result.summary()
     fine = run_oracle("reflect", 600, proposals=lambda text: "Name the colour list: red, green or blue.")
     assert fine.result.advice == ()

@@ -135,8 +135,8 @@ def test_once_the_race_block_covers_dev_the_final_reserve_goes_to_the_evolve_sta
     problem = OracleProblem.colours(accuracy=lambda text: 0.85 if "(draw " in text else 0.55, sizes=(60, 60, 60))
     run = prompttune.optimize(problem.task, optimizer="reflect", budget=4000, space=problem.space,
                               backend=problem.backend, record=False, options={"sampled": 0.5})
-    race = run.strategy.optimizer
-    assert len(race.block) == len(race.final_ids) == 60
+    reflect = run.strategy.optimizer
+    assert len(reflect.race.block) == len(reflect.final.final_ids) == 60
     assert 0.95 * 4000 <= run.ledger.calls <= 4000
 
 
@@ -179,7 +179,7 @@ def test_the_staged_race_score_ranks_by_probability_until_the_final_race_then_by
     for score in ("staged", "probability"):
         run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
                                   backend=problem.backend, record=False, options={"race_score": score})
-        kinds[score] = {kind for _, _, kind in run.strategy.optimizer.race_scores}
+        kinds[score] = {kind for _, _, kind in run.strategy.optimizer.race.scores}
     assert kinds == {"staged": {"probability", "tiebreak"}, "probability": {"probability"}}
 
 
@@ -210,7 +210,7 @@ def test_each_screen_draw_with_demos_gets_its_own_class_balanced_set() -> None:
     def demo_sets(options: dict) -> set[tuple[str, ...]]:
         run = prompttune.optimize(problem.task, optimizer="reflect", budget=2000, space=space,
                                   backend=problem.backend, record=False, options=options)
-        return {c.spec.demo_ids for c in run.strategy.optimizer.candidates.values() if c.spec.demo_ids}
+        return {c.spec.demo_ids for c in run.strategy.optimizer.pool.candidates.values() if c.spec.demo_ids}
 
     sets = demo_sets({"swap_demos": False, "demo_sets": True})  # no swaps: every set comes from the screen
     assert len(sets) >= 4
@@ -306,7 +306,7 @@ def test_like_dev_demos_come_from_train_examples_as_long_as_the_dev_inputs() -> 
     def shown(options: dict) -> set[str]:
         run = prompttune.optimize(task, optimizer="reflect", budget=2000, space=space, backend=backend,
                                   record=False, options=options)
-        return {i for c in run.strategy.optimizer.candidates.values() for i in c.spec.demo_ids}
+        return {i for c in run.strategy.optimizer.pool.candidates.values() for i in c.spec.demo_ids}
 
     like = shown({"demo_pool": "like-dev"})
     assert like and not like & short

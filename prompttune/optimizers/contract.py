@@ -135,6 +135,19 @@ def describe_options(options_model: type[OptimizerOptions]) -> list[str]:
     return lines or ["(no options)"]
 
 
+def example_input(space: SearchSpace, example_id: str, limit: int = 300) -> str:
+    """A train example's input text, for proposer and critic prompts."""
+    example = next(e for e in space.demo_pool if e.id == example_id)
+    return " ".join(example.fields.values())[:limit]
+
+
+def checked_rewrite(reply: str, spec: PromptSpec, space: SearchSpace) -> str | None:
+    """A proposer's rewrite of `spec`'s instruction if usable (`checked_instruction`), keeping the frozen
+    texts that instruction holds (appended where the rewrite dropped them), so the driver does not reject it."""
+    text = checked_instruction(reply, spec.label_words)
+    return None if text is None else keep_frozen(text, spec.instruction, space.frozen)
+
+
 def spec_candidate(spec: PromptSpec, origin: str) -> Candidate:
     """A candidate outside the declared grid (a proposed instruction, a demo set): id hashes the spec
     (an uncalibrated spec hashes as before `calibrate` and `label_bias` existed, so earlier runs keep their ids)."""
@@ -163,15 +176,12 @@ class Optimizer(ABC):
         loads; most strategies can do any run the ledger and dev split allow."""
 
     def example_text(self, example_id: str, limit: int = 300) -> str:
-        """A train example's input text, for proposer and critic prompts."""
-        example = next(e for e in self.context.space.demo_pool if e.id == example_id)
-        return " ".join(example.fields.values())[:limit]
+        """A train example's input text (`example_input`)."""
+        return example_input(self.context.space, example_id, limit)
 
     def usable_rewrite(self, reply: str, spec: PromptSpec) -> str | None:
-        """A proposer's rewrite of `spec`'s instruction if usable (`checked_instruction`), keeping the frozen
-        texts that instruction holds (appended where the rewrite dropped them), so the driver does not reject it."""
-        text = checked_instruction(reply, spec.label_words)
-        return None if text is None else keep_frozen(text, spec.instruction, self.context.space.frozen)
+        """A proposer's rewrite of `spec`'s instruction if usable, frozen texts kept (`checked_rewrite`)."""
+        return checked_rewrite(reply, spec, self.context.space)
 
     def open_sweep(self, size: int) -> Sweep:
         """Declare the next `size` challenges as one family (see `Sweep`)."""

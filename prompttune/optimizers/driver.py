@@ -15,6 +15,7 @@ from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
 from prompttune.optimizers.admission import Admission
 from prompttune.optimizers.contract import Challenge, Optimizer, TrialRequest
+from prompttune.optimizers.prefetch import Prefetch
 from prompttune.optimizers.search_helpers import place_baseline
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.prompt import PromptSpec
@@ -90,7 +91,7 @@ class SearchDriver:
         self.leaders: list[tuple[int, int, PromptSpec]] = []  # (calls, tokens, spec) where each leader took over
         self.sweep_use: dict[int, int] = {}
         self.sweep_accepts: dict[int, int] = {}
-        self.prefetched: set[tuple[str, tuple[str, ...]]] = set()  # (candidate, examples) answered ahead
+        self.ahead = Prefetch(evaluator)  # the strategy's upcoming requests, answered by the model together
 
     def run(self) -> SearchOutcome:
         """Ask, evaluate or challenge, tell, log — until the optimizer is done or the cap is hit."""
@@ -133,25 +134,13 @@ class SearchDriver:
         return records
 
     def prefetch(self, request: TrialRequest) -> None:
-        """Unless an earlier batch held it: `request` and the strategy's `upcoming` requests of admitted
-        candidates, answered by the model in one call (`Evaluator.prefetch`), so the backend gets batches
-        as large as the strategy allows, up to the rows a call may hold (`Meter.call_rows`: about ten seconds'
-        worth); results, charges and the log are those of asking one by one."""
-        if (request.candidate.id, request.example_ids) in self.prefetched:
-            return
-        limit, rows, batch = self.evaluator.meter.call_rows(), 0, []
-        asked = {(r.candidate.id, r.example_ids): r for r in (request, *self.optimizer.upcoming())}  # once each
-        for key, r in asked.items():  # in order, admission checked only as far as the call reaches
-            if not r.example_ids or key in self.prefetched or not (r.candidate.id in self.seen or (
-                    r.candidate.id not in self.rejected and self.admission.refusal(r.candidate.spec) is None)):
-                continue
-            if batch and rows + len(r.example_ids) > limit:
-                break
-            batch.append(r)
-            rows += len(r.example_ids)
-        if len(batch) > 1:
-            self.prefetched.update((r.candidate.id, r.example_ids) for r in batch)
-            self.evaluator.prefetch([(r.candidate.spec, r.example_ids) for r in batch])
+        """`request` and the strategy's `upcoming` requests answered by the model in one call (`Prefetch`)."""
+        self.ahead.answer(request, self.optimizer.upcoming, self.admissible)
+
+    def admissible(self, candidate: Candidate) -> bool:
+        """Admitted, or one the admission would admit (a refusal is recorded only where it is asked for)."""
+        return candidate.id in self.seen or (
+            candidate.id not in self.rejected and self.admission.refusal(candidate.spec) is None)
 
     def run_challenge(self, challenge: Challenge) -> Decision:
         """Staged paired looks at the sweep's share of alpha; both prompts on the same prefix."""

@@ -1,3 +1,4 @@
-"""The reflective race, one part per file: the stages (`strategy.py`), its options (`options.py`), racing and
-the final stage (`race.py`), the moves that make children (`moves.py`) from genomes (`genome.py`), and the
-calibrated twins (`calibration.py`)."""
+"""The reflective race, by composition: the strategy (`strategy.py`) runs the stages over parts that keep their
+own state and are built and tested alone: the pool of genomes and candidates (`pool.py`, over `genome.py`), the
+race on the dev block (`race.py`), the calibrated twins as pure functions (`calibration.py`), the moves that
+make children (`moves.py`) and the final race (`final.py`); its options in `options.py`."""

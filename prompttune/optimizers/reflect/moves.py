@@ -1,18 +1,22 @@
-"""reflect's moves: how a child prompt is made from a pool parent (reflection on its train errors, a grammar
-move, a demo swap, a merge, a sampled instruction), and how a genome (the grid choices plus what moves wrote
-over them) becomes a candidate."""
+"""reflect's moves: how a child genome is made from pool parents (reflection on its train errors, a grammar
+move, a demo swap, a merge, a sampled instruction), and how a screen draw is dressed (its own demos, a sampled
+instruction). Moves read their parents' answers from the pool and never score: where a move needs answers (a
+reflection minibatch, a swap's candidates), it names the examples and the strategy has them scored first."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, TrialRequest, spec_candidate
-from prompttune.optimizers.proposer import clean_instruction
+from prompttune.optimizers.contract import SearchContext, checked_rewrite, example_input
+from prompttune.optimizers.proposer import Proposer, clean_instruction
 from prompttune.optimizers.reflect.genome import Genome
+from prompttune.optimizers.reflect.options import ReflectOptions
+from prompttune.optimizers.reflect.pool import Pool
 from prompttune.optimizers.reflect.race import margin
 from prompttune.optimizers.search_helpers import (
     STYLE_TIPS,
@@ -42,39 +46,49 @@ class CritiqueAsk:
     direction: str  # e.g. "FP Sports", as the report lists critiques
 
 
-class Moves(Optimizer):
-    """Children of pool parents, one move at a time, and the candidates genomes stand for."""
+class Moves:
+    """Children of pool parents, one move at a time, drawn by how often each move's children entered the pool
+    (`made`, `entered`: the strategy counts them); what reflection wrote and critiqued along the way. Of the
+    context it reads the space, the splits and the seed, never the budget (the strategy's to spend)."""
 
-    parents: int  # parents a reflection step draws, `parents` resolved by the strategy
+    def __init__(self, context: SearchContext, options: ReflectOptions, pool: Pool, rng: np.random.Generator,
+                 proposer: Proposer | None = None) -> None:
+        self.context, self.options, self.pool, self.rng, self.proposer = context, options, pool, rng, proposer
+        space = context.space
+        self.instruction_dims = {d.name for d in space.dimensions
+                                 if d.target == "instruction" or d.target.startswith("slot:")}
+        self.demo_dims = {d.name for d in space.dimensions if d.kind == "few_shot"}
+        self.demo_search = any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
+        self.swapping = options.swap_demos and self.demo_search
+        self.demo_ids = self._demo_candidates()
+        self.like_sets: dict[int, tuple[str, ...]] = {}  # like-dev: one set per k, as the grid has
+        self.names = MOVES if options.sampled > 0 else MOVES[:-1]
+        self.made = Counter[str]()
+        self.entered = Counter[str]()
+        self.critiques: list[str] = []
+        self.written: set[str] = set()
+        self.samples = 0  # instructions sampled so far: each sample's seed
 
-    def _move(self) -> str:
+    @property
+    def writing(self) -> bool:
+        return self.options.write_instructions and self.proposer is not None
+
+    def draw(self) -> str:
         """The next move, drawn in proportion to its children's success so far ((entered + 1) /
         (made + 2)): on a model whose reflections do not help, grammar moves and merges take over."""
-        weights = np.array([(self.entered[m] + 1) / (self.made[m] + 2) for m in self.moves])
-        return self.moves[int(self.rng.choice(len(self.moves), p=weights / weights.sum()))]
+        weights = np.array([(self.entered[m] + 1) / (self.made[m] + 2) for m in self.names])
+        return self.names[int(self.rng.choice(len(self.names), p=weights / weights.sum()))]
 
-    def _key(self, genome: Genome) -> str:
-        return self._build(genome).id
-
-    def _build(self, genome: Genome) -> Candidate:
-        """The candidate a genome stands for (built once: a child is keyed, then raced)."""
-        if genome not in self.built:
-            self.built[genome] = self._assemble(genome)
-        return self.built[genome]
-
-    def _assemble(self, genome: Genome) -> Candidate:
-        grid = self.context.space.build(dict(genome.assignment))
-        if genome.instruction is None and genome.demo_ids is None and not genome.calibrate and not genome.label_bias:
-            return grid
-        spec = grid.spec.with_updates(calibrate=genome.calibrate, label_bias=genome.label_bias)
-        if genome.instruction is not None:
-            spec = spec.with_updates(instruction=genome.instruction)
-        if genome.demo_ids is not None:
-            spec = spec.with_updates(demo_ids=genome.demo_ids)
-        return spec_candidate(spec, "reflect")
-
-    def _writing(self) -> bool:
-        return self.options.write_instructions and self.proposer is not None
+    def screen_genome(self, number: int, candidate: Candidate, sampled: float) -> Genome:
+        """The screen's `number`th draw as raced: a sampled instruction over it where its share says, its own demo
+        set (`demo_sets`), or the like-dev demos of its k; the baseline (number 0) as it is."""
+        genome = Genome(candidate.assignment)
+        if number and int(number * sampled) > int((number - 1) * sampled):
+            text = self._sampled_instruction(candidate.spec)
+            genome = genome if text is None else replace(genome, instruction=text)
+        if number and self.demo_search and self.options.demo_sets and candidate.spec.demo_ids:
+            genome = replace(genome, demo_ids=self._demo_set(len(candidate.spec.demo_ids)))
+        return self._like_dev_demos(genome) if number else genome
 
     def _sampled_instruction(self, spec: PromptSpec) -> str | None:
         """An instruction sampled at temperature 1.0 from four labelled train examples and a style tip.
@@ -82,13 +96,14 @@ class Moves(Optimizer):
         order on dev as on test, so a wide spread of texts, cheap to race, is worth searching beside careful
         edits (measured in docs/optimizers.md)."""
         self.samples += 1
+        space = self.context.space
         ids = rotating_minibatch(self.context.train_ids, self.samples, 4)
-        gold = {e.id: e.label for e in self.context.space.demo_pool}
-        shown = "\n".join(f"- {self.example_text(i, 200)} -> {spec.label_words[gold[i]]}" for i in ids)
+        gold = {e.id: e.label for e in space.demo_pool}
+        shown = "\n".join(f"- {example_input(space, i, 200)} -> {spec.label_words[gold[i]]}" for i in ids)
         tip = STYLE_TIPS[int(self.rng.integers(len(STYLE_TIPS)))]
         reply = self.proposer(instruction_request(shown, spec.label_words, tip), temperature=1.0,
-                             seed=self.context.seed * 100_000 + self.samples)  # each arm seed its own draws
-        return self.usable_rewrite(reply, spec)
+                              seed=self.context.seed * 100_000 + self.samples)  # each arm seed its own draws
+        return checked_rewrite(reply, spec, space)
 
     def _demo_set(self, k: int) -> tuple[str, ...]:
         """k train examples, every class in turn, for one screen draw: which demos show can move a small
@@ -116,27 +131,26 @@ class Moves(Optimizer):
             self.like_sets[k] = self._demo_set(k)
         return replace(genome, demo_ids=self.like_sets[k])
 
-    def _sample(self, parent_key: str) -> Genome | None:
+    def sample(self, parent_key: str) -> Genome | None:
         """(e) The parent with a freshly sampled instruction over its own."""
-        if not self._writing():
+        if not self.writing:
             return None
-        text = self._sampled_instruction(self.candidates[parent_key].spec)
-        return None if text is None else replace(self.genomes[parent_key], instruction=text)
+        text = self._sampled_instruction(self.pool.candidates[parent_key].spec)
+        return None if text is None else replace(self.pool.genomes[parent_key], instruction=text)
 
-    def _reflect(self, parent_keys: Sequence[str]) -> Iterator[TrialRequest]:
-        """(a) For each parent: critique its false positives and false negatives of one class apart, on a train
-        minibatch, with the margins; then write an edited instruction. The children, one per parent (None where
-        nothing came of it). Several parents (`parents`) are scored on their minibatches together, and their
-        critiques, then their edits, are written in one generate call each: vLLM or a pool of servers decodes
-        them together."""
-        if not self._writing():
+    def reflection_batch(self, parent_key: str, index: int) -> tuple[str, ...]:
+        """The `index`th train minibatch, which the parent reads its errors on (never its own demos)."""
+        demos = set(self.pool.candidates[parent_key].spec.demo_ids)
+        pool = [i for i in self.context.train_ids if i not in demos]
+        return rotating_minibatch(pool, index, self.options.minibatch)
+
+    def reflect(self, parent_keys: Sequence[str], batches: Sequence[Sequence[str]]) -> list[Genome | None]:
+        """(a) For each parent, scored on its minibatch: critique its false positives and false negatives of one
+        class apart, with the margins; then write an edited instruction. The children, one per parent (None where
+        nothing came of it). Several parents' critiques, then their edits, are written in one generate call each:
+        vLLM or a pool of servers decodes them together."""
+        if not self.writing:
             return [None] * len(parent_keys)
-        batches = [self._reflection_batch(key, number) for number, key in enumerate(parent_keys)]
-        for number, (key, batch) in enumerate(zip(parent_keys, batches)):
-            self.lookahead = [(self.candidates[k], b) for k, b in zip(parent_keys[number + 1:], batches[number + 1:])]
-            if todo := self.missing(self.candidates[key], batch):
-                yield TrialRequest(self.candidates[key], todo, "reflection minibatch")
-        self.lookahead = []
         asks = [self._critique_ask(key, batch) for key, batch in zip(parent_keys, batches)]
         live = [ask for ask in asks if ask is not None]
         if len(live) > 1:
@@ -152,21 +166,16 @@ class Moves(Optimizer):
         for ask, edit in zip(live, edits):
             reply = self.proposer(edit)
             self.written.add(clean_instruction(reply))
-            text = self.usable_rewrite(reply, ask.spec)
-            children[id(ask)] = None if text is None else replace(self.genomes[ask.parent], instruction=text)
+            text = checked_rewrite(reply, ask.spec, self.context.space)
+            children[id(ask)] = None if text is None else replace(self.pool.genomes[ask.parent], instruction=text)
         return [None if ask is None else children[id(ask)] for ask in asks]
-
-    def _reflection_batch(self, parent_key: str, number: int) -> list[str]:
-        """The train minibatch the `number`th parent of this step reads its errors on (never its own demos)."""
-        demos = set(self.candidates[parent_key].spec.demo_ids)
-        pool = [i for i in self.context.train_ids if i not in demos]
-        return rotating_minibatch(pool, self.steps * self.parents + number, self.options.minibatch)
 
     def _critique_ask(self, parent_key: str, batch: Sequence[str]) -> CritiqueAsk | None:
         """What the critic is asked about the parent's errors on `batch`, one error direction drawn of the two
         largest; None when it made none."""
-        spec = self.candidates[parent_key].spec
-        directions = error_directions(self.records(self.candidates[parent_key], batch), self.context.n_classes, 1)
+        parent = self.pool.candidates[parent_key]
+        spec, space = parent.spec, self.context.space
+        directions = error_directions(self.pool.records(parent, batch), self.context.n_classes, 1)
         if not directions:
             return None
         direction = directions[int(self.rng.integers(min(2, len(directions))))]
@@ -177,15 +186,15 @@ class Moves(Optimizer):
                 return f"the model answered {' '.join(r.text.split())[:80]!r}"
             return f"the model preferred '{words[r.pred] if r.pred is not None else 'no label'}' by {-margin(r):.1f} nats"
 
-        shown = "\n".join(f"- {self.example_text(r.example_id)} ({said(r)})"
+        shown = "\n".join(f"- {example_input(space, r.example_id)} ({said(r)})"
                           for r in direction.errors[: self.options.shown_errors])
         instruction = shown_instruction(spec.instruction, words)
         return CritiqueAsk(parent_key, spec, instruction, critique_request(direction, words, shown, instruction),
                            f"{direction.kind.upper()} {words[direction.label]}")
 
-    def _grammar(self, parent_key: str) -> Genome | None:
+    def grammar(self, parent_key: str) -> Genome | None:
         """(b) One dimension of the space changed (not the parts a move wrote over)."""
-        genome = self.genomes[parent_key]
+        genome = self.pool.genomes[parent_key]
         if genome.demo_ids is not None and genome.demo_ids in self.like_sets.values():
             genome = replace(genome, demo_ids=None)  # its k's like-dev set, not a swap: a k move takes the new k's
         fixed = (self.instruction_dims if genome.instruction is not None else set()) | \
@@ -198,29 +207,30 @@ class Moves(Optimizer):
         chosen = moves[int(self.rng.integers(len(moves)))]
         return self._like_dev_demos(replace(genome, assignment=tuple(sorted(chosen.items()))))
 
-    def _swap_demo(self, parent_key: str) -> Iterator[TrialRequest]:
-        """(c) One demo replaced by a train example the parent answered right (a bootstrapped demo)."""
-        parent, genome = self.candidates[parent_key], self.genomes[parent_key]
-        demos = list(parent.spec.demo_ids)
-        if not demos or not self.swapping:  # swaps refine a searched few-shot dimension, never add demos
+    def swap_batch(self, parent_key: str, index: int) -> tuple[str, ...] | None:
+        """(c) The `index`th train minibatch a demo swap draws its demo from, among the examples the parent does
+        not show; None where the parent shows no demos or the space searches no few-shot dimension (swaps
+        refine one, never add demos)."""
+        demos = self.pool.candidates[parent_key].spec.demo_ids
+        if not demos or not self.swapping:
             return None
-        pool = [i for i in self.demo_ids if i not in demos]
-        batch = rotating_minibatch(pool, self.steps, self.options.minibatch)
-        if todo := self.missing(parent, batch):
-            yield TrialRequest(parent, todo, "demo bootstrap")
-        solved = [r.example_id for r in self.records(parent, batch) if r.correct]
+        return rotating_minibatch([i for i in self.demo_ids if i not in demos], index, self.options.minibatch)
+
+    def swap_demo(self, parent_key: str, batch: Sequence[str]) -> Genome | None:
+        """(c) One demo replaced by an example of `batch` the parent answered right (a bootstrapped demo)."""
+        parent = self.pool.candidates[parent_key]
+        demos = list(parent.spec.demo_ids)
+        solved = [r.example_id for r in self.pool.records(parent, batch) if r.correct]
         if not solved:
             return None
         demos[int(self.rng.integers(len(demos)))] = solved[int(self.rng.integers(len(solved)))]
-        return replace(genome, demo_ids=tuple(demos))
+        return replace(self.pool.genomes[parent_key], demo_ids=tuple(demos))
 
-    def _merge(self, parent_key: str) -> Genome | None:
-        """(d) The instruction of one pool prompt with the rest of another that wins elsewhere."""
-        others = [k for k in self.pool if k != parent_key]
-        if not others:
+    def merge(self, parent_key: str, donor_key: str | None) -> Genome | None:
+        """(d) The instruction of one pool prompt (the donor, which wins elsewhere) with the rest of the parent."""
+        if donor_key is None:
             return None
-        donor = self.genomes[self._parent() if len(others) > 1 else others[0]]
-        genome = self.genomes[parent_key]
+        donor, genome = self.pool.genomes[donor_key], self.pool.genomes[parent_key]
         if donor == genome:
             return None
         assignment = {**dict(genome.assignment),

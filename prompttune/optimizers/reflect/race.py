@@ -1,6 +1,6 @@
 """How reflect races: a prompt's score on the race block (the objective, or the gold label's log-probability
-margin or probability, dense where few examples separate prompts), scoring prompts on a block that grows, the
-parent drawn from the pool's per-example Pareto front, and the final race over the pool."""
+margin or probability, dense where few examples separate prompts), prompts entered beside their calibrated
+twins on a block that only grows, and the parent drawn from the pool's per-example Pareto front."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, TrialRequest
+from prompttune.optimizers.contract import TrialRequest
+from prompttune.optimizers.reflect.calibration import batch_twin, contextual_twin
 from prompttune.optimizers.reflect.genome import Genome
+from prompttune.optimizers.reflect.pool import Pool
 from prompttune.optimizers.search_helpers import rank_by_score
-from prompttune.optimizers.services import calls_to_score, free_calls, most_affordable, stage_reserve
 from prompttune.search_spaces.space import Candidate
 
 MARGIN_CLIP = 10.0  # nats: one confidently wrong example may not outweigh many others
@@ -51,135 +52,99 @@ def race_score(kind: str, records: Sequence[Record], objective: Callable[[Sequen
     return objective(records)
 
 
+def answers_alike(twin: Sequence[Record], raw: Sequence[Record]) -> bool:
+    """Whether a calibrated twin answers exactly as its raw prompt (same labels, same margins): it adds nothing."""
+    return all(a.pred == b.pred and abs(margin(a) - margin(b)) < 1e-9 for a, b in zip(twin, raw))
 
-class Racing(Optimizer):
-    """The race over a block of dev examples: reflect's scoring, pool ranking and final stage."""
 
-    def _race(self, genome: Genome, purpose: str) -> Iterator[TrialRequest]:
-        """Score `genome` on the block, and its calibrated twin while calibration can pay; the ids of
-        those scored."""
-        genome = replace(genome, label_bias=())  # offsets belong to the prompt they were measured on
-        ids: list[str] = []
-        member: Genome | None = genome
-        while member is not None:
-            candidate = self._build(member)
-            if member is not genome and candidate.id in self.candidates:
-                break
-            self.genomes[candidate.id], self.candidates[candidate.id] = member, candidate
-            if todo := self.missing(candidate, self.block):
-                yield TrialRequest(candidate, todo, f"{purpose}{' (calibrated)' if member is not genome else ''}")
-            if member is not genome:
-                if self._answers_alike(candidate.id, ids[0]):
-                    self.echoes.add(candidate.id)  # calibration changed nothing: no slot
-                else:
-                    ids.append(candidate.id)
-                break
-            ids.append(candidate.id)
-            if not genome.calibrate and self._no_label_scores(candidate):
-                self.calibrating = False  # generation answers: nothing to calibrate
-            member = self._twin(genome, candidate) if self.calibrating and not genome.calibrate else None
-        return ids
+class Race:
+    """Prompts raced on a block of dev examples that only grows: each entered beside its calibrated twin,
+    ranked by race score on the block, parents drawn from the pool members' per-example Pareto front."""
 
-    def _complete(self, keys: Sequence[str], ids: Sequence[str], purpose: str) -> Iterator[TrialRequest]:
-        """Score each of `keys` on the examples of `ids` it has not been scored on (one race step: the
-        model answers them together)."""
-        for number, key in enumerate(keys):
-            self.lookahead = [(self.candidates[k], ids) for k in keys[number + 1:]]
-            if todo := self.missing(self.candidates[key], ids):
-                yield TrialRequest(self.candidates[key], todo, purpose)
-        self.lookahead = []
+    def __init__(self, pool: Pool, dev_ids: Sequence[str], block: int, kind: str,
+                 objective: Callable[[Sequence[Record]], float], baseline: Candidate, calibration: str = "off") -> None:
+        self.pool, self.dev_ids, self.kind, self.objective, self.baseline = pool, list(dev_ids), kind, objective, baseline
+        self.block = self.dev_ids[:block]
+        self.calibration = calibration  # the twin each prompt races beside; off too once answers are generated
+        self.final_stage = False  # `staged` ranks by the objective from here on
+        self.scores: dict[tuple[str, int, str], float] = {}  # (candidate, block length, kind): blocks only grow
+        self.margins: dict[str, dict[str, float]] = {}  # candidate -> example -> margin: parents are drawn each step
 
-    def _grow_block(self) -> Iterator[TrialRequest]:
-        dev = self.context.dev_ids
+    def enter(self, genome: Genome, purpose: str) -> Iterator[TrialRequest]:
+        """Score `genome` on the block, then its calibrated twin unless that prompt raced already; the keys
+        that take a slot (a twin that answers exactly as its raw prompt takes none: an echo)."""
+        raw = replace(genome, label_bias=())  # offsets belong to the prompt they were measured on
+        candidate = self.pool.enter(raw)
+        yield from self.pool.ask(candidate, self.block, purpose)
+        if raw.calibrate:
+            return [candidate.id]
+        if self.pool.lacks_label_scores(candidate):
+            self.calibration = "off"  # generation answers: nothing to calibrate
+        twin = self._twin(raw, candidate)
+        if twin is None or (calibrated := self.pool.build(twin)).id in self.pool.candidates:
+            return [candidate.id]
+        self.pool.enter(twin)
+        yield from self.pool.ask(calibrated, self.block, f"{purpose} (calibrated)")
+        if answers_alike(self.pool.records(calibrated, self.block), self.pool.records(candidate, self.block)):
+            self.pool.echoes.add(calibrated.id)
+            return [candidate.id]
+        return [candidate.id, calibrated.id]
+
+    def _twin(self, raw: Genome, candidate: Candidate) -> Genome | None:
+        if self.calibration == "contextual":
+            return contextual_twin(raw)
+        if self.calibration == "batch":
+            return batch_twin(raw, self.pool.records(candidate, self.block))
+        return None
+
+    def widen(self, size: int, keys: Sequence[str], purpose: str) -> Iterator[TrialRequest]:
+        """The block becomes the first `size` dev examples; each of `keys` is scored on it."""
+        self.block = self.dev_ids[:size]
+        yield from self.pool.ask_each([(self.pool.candidates[k], self.block) for k in keys], purpose)
+
+    def grow(self, free: int) -> Iterator[TrialRequest]:
+        """The block half as long again, with the pool members on it, where the `free` calls pay for that."""
         extra = max(len(self.block) // 2, 1)
-        if len(self.block) >= len(dev) or extra * len(self.pool) > free_calls(self.context, self._final_reserve()):
+        if len(self.block) >= len(self.dev_ids) or extra * len(self.pool.members) > free:
             return
-        self.block = list(dev[: len(self.block) + extra])
-        yield from self._complete(self.pool, self.block, "race block grows")
+        yield from self.widen(len(self.block) + extra, self.pool.members, "race block grows")
 
-    def _no_label_scores(self, candidate: Candidate) -> bool:
-        seen = self.memo.get(candidate.id, {})
-        return bool(seen) and all(r.label_logprobs is None for r in seen.values())
-
-    def _race_score(self, key: str) -> float:
-        kind = self.options.race_score
+    def score(self, key: str) -> float:
+        """`race_score` on the block (`staged`: probability, then in the final race tiebreak), rounded:
+        float noise is no evidence, so equal answers tie."""
+        kind = self.kind
         if kind == "staged":
             kind = "tiebreak" if self.final_stage else "probability"
-        if (key, len(self.block), kind) not in self.race_scores:
-            records = self.records(self.candidates[key], self.block)
-            mean = race_score(kind, records, self.context.score)
-            self.race_scores[key, len(self.block), kind] = round(mean, 9)  # float noise is no evidence: ties
-        return self.race_scores[key, len(self.block), kind]
+        if (key, len(self.block), kind) not in self.scores:
+            records = self.pool.records(self.pool.candidates[key], self.block)
+            self.scores[key, len(self.block), kind] = round(race_score(kind, records, self.objective), 9)
+        return self.scores[key, len(self.block), kind]
 
-    def _by_score(self, keys: Sequence[str]) -> list[str]:
-        """Best race score on the block first; the baseline wins ties, then the earlier."""
-        ranked = rank_by_score([(self.candidates[k], self._race_score(k)) for k in keys
-                                if not self.missing(self.candidates[k], self.block)], self.baseline)
+    def by_score(self, keys: Sequence[str]) -> list[str]:
+        """Those of `keys` scored on the block, best race score first; the baseline wins ties, then the earlier."""
+        candidates = self.pool.candidates
+        ranked = rank_by_score([(candidates[k], self.score(k)) for k in keys
+                                if not self.pool.missing(candidates[k], self.block)], self.baseline)
         return [c.id for c in ranked]
 
-    def observe(self, request: TrialRequest, records: list[Record]) -> None:
-        super().observe(request, records)
-        known = self.margin_memo.get(request.candidate.id, {})
-        for record in records:
-            known.pop(record.example_id, None)
+    def forget(self, key: str, example_ids: Sequence[str]) -> None:
+        """New answers of `key` on these examples: their margins are computed again."""
+        known = self.margins.get(key, {})
+        for example_id in example_ids:
+            known.pop(example_id, None)
 
     def _margins(self, key: str, ids: Sequence[str]) -> list[float]:
         """`margin` of each of `ids` under `key`, computed once per answer."""
-        known = self.margin_memo.setdefault(key, {})
+        known = self.margins.setdefault(key, {})
         if new := [i for i in ids if i not in known]:
-            known.update((r.example_id, margin(r)) for r in self.records(self.candidates[key], new))
+            known.update((r.example_id, margin(r)) for r in self.pool.records(self.pool.candidates[key], new))
         return [known[i] for i in ids]
 
-    def _parent(self) -> str:
-        """A pool prompt on the per-example Pareto front, drawn in proportion to the block examples
-        on which it has the best margin (ties shared)."""
-        margins = np.array([self._margins(k, self.block) for k in self.pool])
+    def parent(self, rng: np.random.Generator) -> str:
+        """A pool member on the per-example Pareto front, drawn in proportion to the block examples on which
+        it has the best margin (ties shared)."""
+        members = self.pool.members
+        margins = np.array([self._margins(k, self.block) for k in members])
         best = margins >= margins.max(axis=0) - 1e-9
         wins = best.sum(axis=1).astype(float)
-        return self.pool[int(self.rng.choice(len(self.pool), p=wins / wins.sum()))]
-
-    def _final(self) -> Iterator[TrialRequest]:
-        """A race over the pool: while more than `finalists` remain, the dev prefix doubles and the
-        better half by race score goes on (a prompt that entered the pool on a lucky block leaves on more
-        examples); then the finalists on the longest dev prefix the rest of the budget pays for, and
-        as many more pool prompts there as the budget still pays for."""
-        self.final_stage = True
-        dev, alive = self.context.dev_ids, self._by_score(self.pool)
-        while len(alive) > self.options.finalists and len(self.block) < len(dev):
-            ids = dev[: min(len(dev), 2 * len(self.block))]
-            left = self.context.remaining()
-            if left is not None and self._final_cost(alive, ids) > left:
-                break
-            self.block = list(ids)
-            yield from self._complete(alive, self.block, "final race")
-            alive = self._by_score(alive)[: max(self.options.finalists, (len(alive) + 1) // 2)]
-        self.finalists = alive[: self.options.finalists]
-        left = self.context.remaining()
-        n = most_affordable(len(self.block), lambda size: self._final_cost(self.finalists, dev[:size]), left,
-                            stop=len(dev))
-        self.final_ids = list(dev[:n])
-        for key in self._by_score(self.pool):  # what the budget still pays for: more finalists
-            if key not in self.finalists and (left is None or
-                                              self._final_cost([*self.finalists, key], self.final_ids) <= left):
-                self.finalists.append(key)
-        yield from self._complete(self.finalists, self.final_ids, "final")
-        if self.options.refit and self.options.calibration == "batch" and self.context.label_offsets:
-            yield from self._refit()
-
-    def _final_reserve(self) -> int:
-        """Calls kept for the final race: `final_share` of the budget, or what scoring the whole pool on the
-        whole dev split costs where that is less. The final race can spend no more than that, so at a large
-        budget, once the race block covers the dev split, the evolve stage goes on instead of leaving the
-        reserve unspent."""
-        return stage_reserve(self.context, self.options.final_share, self._final_cost(self.pool, self.context.dev_ids))
-
-    def _final_cost(self, keys: Sequence[str], ids: Sequence[str]) -> int:
-        """Model calls that score `keys` and the baseline (which the driver ranks beside them) on `ids`, as the
-        cache charges them (`calls_to_score`): a batch twin's answers are its raw prompt's, so they go together."""
-        texts: dict[str, set[str]] = {}  # the raw prompt whose text the model answers -> its scored variants
-        for key in {*keys, self.baseline.id}:
-            genome = self.genomes.get(key)
-            raw = self._key(replace(genome, label_bias=())) if genome is not None and genome.label_bias else key
-            texts.setdefault(raw, set()).update({key, raw})
-        return calls_to_score([[self.candidates[m] for m in members if m in self.candidates]
-                               for members in texts.values()], ids, self.missing)
+        return members[int(rng.choice(len(members), p=wins / wins.sum()))]

@@ -2,17 +2,18 @@
 on paired dev examples. Read top to bottom: the stages, then what each hands the next.
 
 1. **Screen** (propose widely). The baseline and as many distinct draws of the space as `screen_share` pays
-   for, each also as its calibrated twin (`calibration.py`), race on one block of dev examples; where they
-   outnumber the pool, the best `2 × pool` go on to a block twice as long before the pool is cut, so no prompt
-   leaves on one short block. Draws that show demos get their own class-balanced set of train examples that
-   look like the dev inputs (`prompttune.search_spaces.demo_pool`).
+   for, each also as its calibrated twin (`calibration.py`), race (`race.py`) on one block of dev examples;
+   where they outnumber the pool (`pool.py`), the best `2 × pool` go on to a block twice as long before the
+   pool is cut, so no prompt leaves on one short block. Draws that show demos get their own class-balanced set
+   of train examples that look like the dev inputs (`prompttune.search_spaces.demo_pool`).
 2. **Evolve** (propose from what wins). A parent drawn from the pool's per-example Pareto front makes one
    child by a move (`moves.py`: reflection on its train errors, a grammar move, a demo swap, a merge, a
    sampled instruction), each move drawn by how often its children entered the pool; a child enters when its
-   race score (`race.py`) beats the pool's worst; after `patience` rejections the block grows.
-3. **Final** (rank). The pool on doubling dev prefixes, the better half going on, then the finalists on the
-   longest dev prefix the budget pays for (sized by the driver's services, `optimizers/services.py`), each
-   beside a twin with offsets refit there; ranked by the objective, and the driver's verdict tests the leader.
+   race score beats the pool's worst; after `patience` rejections the block grows.
+3. **Final** (rank, `final.py`). The pool on doubling dev prefixes, the better half going on, then the
+   finalists on the longest dev prefix the budget pays for (sized by the driver's services,
+   `optimizers/services.py`), each beside a twin with offsets refit there; ranked by the objective, and the
+   driver's verdict tests the leader.
 
 Why these choices, and the accuracies that decided each default: docs/optimizers.md (reflect).
 
@@ -35,19 +36,18 @@ On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import SearchContext, TrialRequest, validate_options
-from prompttune.optimizers.reflect.calibration import Calibration
-from prompttune.optimizers.reflect.genome import Genome
-from prompttune.optimizers.reflect.moves import MOVES, Moves
+from prompttune.optimizers.contract import Optimizer, SearchContext, TrialRequest, validate_options
+from prompttune.optimizers.reflect.calibration import calibration_said
+from prompttune.optimizers.reflect.final import FinalRace
+from prompttune.optimizers.reflect.moves import Moves
 from prompttune.optimizers.reflect.options import ReflectOptions
-from prompttune.optimizers.reflect.race import Racing
-from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.optimizers.reflect.pool import Pool
+from prompttune.optimizers.reflect.race import Race
 from prompttune.optimizers.services import free_calls, most_affordable
 from prompttune.search_spaces.space import Candidate
 
@@ -57,11 +57,14 @@ CHOSEN_DEMOS = "(demos chosen by reflect)"
 SEVERAL_PARENTS = 4  # `parents` where texts are decoded together: its planned comparison (docs/results/tuning_log.md)
 
 
-class ReflectiveRace(Racing, Calibration, Moves):
-    """Screen, evolve, final race (the module docstring); ranks finalists by the objective, then the pool."""
+class ReflectiveRace(Optimizer):
+    """Screen, evolve, final race (the module docstring) over its parts: the `pool` of genomes and candidates,
+    the `race` on the dev block, the `moves` that make children, the `final` race; ranks finalists by the
+    objective, then the pool by race score."""
 
     name = "reflect"
     Options = ReflectOptions
+    options: ReflectOptions
 
     @classmethod
     def check(cls, context: SearchContext) -> None:
@@ -81,77 +84,56 @@ class ReflectiveRace(Racing, Calibration, Moves):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        space = self.context.space
-        self.instruction_dims = {d.name for d in space.dimensions
-                                 if d.target == "instruction" or d.target.startswith("slot:")}
-        self.demo_dims = {d.name for d in space.dimensions if d.kind == "few_shot"}
-        self.demo_search = any(len(space.dimension(n).values) > 1 for n in self.demo_dims)
-        self.swapping = self.options.swap_demos and self.demo_search
-        self.demo_ids = self._demo_candidates()
-        self.like_sets: dict[int, tuple[str, ...]] = {}  # like-dev: one set per k, as the grid has
-        self.block = list(self.context.dev_ids[: self.first_block(self.context, self.options)])
-        self.genomes: dict[str, Genome] = {}
-        self.built: dict[Genome, Candidate] = {}
-        self.candidates: dict[str, Candidate] = {}
-        self.pool: list[str] = []
-        self.echoes: set[str] = set()  # calibrated twins that answer exactly as their raw prompt: no slot
-        self.calibrating = self.options.calibration != "off" and self.context.label_offsets
-        self.final_ids: list[str] = []
-        self.finalists: list[str] = []
-        self.refits: set[str] = set()  # finalists' twins with offsets from the final prefix
-        self.made = Counter[str]()
-        self.entered = Counter[str]()
-        self.critiques: list[str] = []
-        self.written: set[str] = set()
-        self.samples = 0  # instructions sampled so far: each sample's seed
-        self.moves = MOVES if self.options.sampled > 0 else MOVES[:-1]
+        context, options = self.context, self.options
+        self.pool = Pool(context.space, self.memo)
+        self.race = Race(self.pool, context.dev_ids, self.first_block(context, options), options.race_score,
+                         context.score, self.baseline, options.calibration if context.label_offsets else "off")
+        self.moves = Moves(context, options, self.pool, self.rng, self.proposer)
+        self.final = FinalRace(self.pool, self.race, options, self.baseline)
         self.parents = self._parents()
         self.steps = 0
-        self.race_scores: dict[tuple[str, int, str], float] = {}  # (candidate, block length, kind): blocks only grow
-        self.margin_memo: dict[str, dict[str, float]] = {}  # candidate -> example -> margin: parents are drawn each step
-        self.lookahead: list[tuple[Candidate, Sequence[str]]] = []  # what the stage asks next whatever the answers
-        self.final_stage = False
         self.plan = self._search()
 
     def ask(self) -> TrialRequest | None:
         return next(self.plan, None)
+
+    def observe(self, request: TrialRequest, records: list[Record]) -> None:
+        super().observe(request, records)
+        self.race.forget(request.candidate.id, [r.example_id for r in records])
 
     def tell(self, request: TrialRequest, records: list[Record]) -> dict[str, Any]:
         """A prompt built over a grid point (calibrated, with an instruction written or demos chosen over
         the grid's) is logged with that point's dimension values, each one a move replaced standing as
         that move's own value: the report's fANOVA then sees every raced prompt, not only the few
         untouched grid draws a default budget screens."""
-        genome = self.genomes.get(request.candidate.id)
+        genome = self.pool.genomes.get(request.candidate.id)
         if genome is None or request.candidate.assignment:
             return {}
         values = self.context.space.values_of(dict(genome.assignment))
         for name in values:
-            if genome.instruction is not None and name in self.instruction_dims:
+            if genome.instruction is not None and name in self.moves.instruction_dims:
                 values[name] = WRITTEN
-            elif genome.demo_ids is not None and name in self.demo_dims and name != "few_shot.k":
+            elif genome.demo_ids is not None and name in self.moves.demo_dims and name != "few_shot.k":
                 values[name] = CHOSEN_DEMOS  # which demos; a swap or a like-dev set keeps k
         return {"dimensions": values}
 
     def upcoming(self) -> list[TrialRequest]:
         """The rest of the screen's draws, or of a race step (the pool on a grown block, a final race round)."""
-        return [TrialRequest(candidate, todo) for candidate, ids in self.lookahead
-                if (todo := self.missing(candidate, ids))]
+        return self.pool.upcoming()
 
     def ranking(self) -> list[Candidate]:
         """Finalists by the objective on their dev examples, then the pool by race score on the block."""
-        finals = [(self.candidates[i], self.score_on(self.candidates[i], self.final_ids)) for i in self.finalists
-                  if self.final_ids and not self.missing(self.candidates[i], self.final_ids)]
-        ranked = rank_by_score(finals, self.baseline)
-        rest = [self.candidates[i] for i in self._by_score(self.pool) if self.candidates[i] not in ranked]
-        return ranked + rest
+        ranked = self.final.ranked()
+        candidates = self.pool.candidates
+        return ranked + [candidates[k] for k in self.race.by_score(self.pool.members) if candidates[k] not in ranked]
 
     def family(self) -> int:
-        return len(self.candidates)
+        return len(self.pool.candidates)
 
     def _search(self) -> Iterator[TrialRequest]:
         yield from self._screen()
         yield from self._evolve()
-        yield from self._final()
+        yield from self.final.run(self.context)
 
     def _parents(self) -> int:
         """`parents` as set, or by what the texts cost: several parents save time only where their critiques are
@@ -165,35 +147,24 @@ class ReflectiveRace(Racing, Calibration, Moves):
     def _screen(self) -> Iterator[TrialRequest]:
         """Distinct draws on the first block; the best `2 × pool` go on to a block twice as long, and
         the pool is the best half of them there: a prompt is not dropped on one short block."""
-        pool, sampled = self.options.pool, (self.options.sampled if self._writing() else 0.0)
+        pool, race, moves, size = self.pool, self.race, self.moves, self.options.pool
+        sampled = self.options.sampled if moves.writing else 0.0
         draws = self.context.space.distinct_candidates(self.rng, self._screen_width(sampled), first=[self.baseline])
         # Without sampled instructions a draw's genome takes no call, so all are built first (the random draws
         # in the same order) and the model answers the screen together; a proposal is asked where it was.
-        genomes = [] if sampled else [self._screen_genome(n, c, sampled) for n, c in enumerate(draws)]
+        genomes = [] if sampled else [moves.screen_genome(n, c, sampled) for n, c in enumerate(draws)]
         for number, candidate in enumerate(draws):
-            genome = genomes[number] if genomes else self._screen_genome(number, candidate, sampled)
-            self.lookahead = [(self._build(g), self.block) for g in genomes[number + 1:]]
-            yield from self._race(genome, "screen")
-        self.lookahead = []
-        alive = self._by_score([k for k in self.candidates if k not in self.echoes])
-        if len(alive) > pool:
-            alive = alive[: 2 * pool] + ([] if self.baseline.id in alive[: 2 * pool] else [self.baseline.id])
-            self.block = list(self.context.dev_ids[: min(len(self.context.dev_ids), 2 * len(self.block))])
-            yield from self._complete(alive, self.block, "screen, second block")
-        self.pool = self._by_score(alive)[:pool]
-        if self.baseline.id not in self.pool:  # the baseline stays a parent: edits start from it too
-            self.pool[-1] = self.baseline.id
-
-    def _screen_genome(self, number: int, candidate: Candidate, sampled: float) -> Genome:
-        """The screen's `number`th draw as raced: a sampled instruction over it where its share says, its own demo
-        set (`demo_sets`), or the like-dev demos of its k; the baseline as it is."""
-        genome = Genome(candidate.assignment)
-        if number and int(number * sampled) > int((number - 1) * sampled):
-            text = self._sampled_instruction(candidate.spec)
-            genome = genome if text is None else replace(genome, instruction=text)
-        if number and self.demo_search and self.options.demo_sets and candidate.spec.demo_ids:
-            genome = replace(genome, demo_ids=self._demo_set(len(candidate.spec.demo_ids)))
-        return self._like_dev_demos(genome) if number else genome
+            genome = genomes[number] if genomes else moves.screen_genome(number, candidate, sampled)
+            pool.ahead = [(pool.build(g), race.block) for g in genomes[number + 1:]]
+            yield from race.enter(genome, "screen")
+        pool.ahead = []
+        alive = race.by_score([k for k in pool.candidates if k not in pool.echoes])
+        if len(alive) > size:
+            alive = alive[: 2 * size] + ([] if self.baseline.id in alive[: 2 * size] else [self.baseline.id])
+            yield from race.widen(2 * len(race.block), alive, "screen, second block")
+        pool.members = race.by_score(alive)[:size]
+        if self.baseline.id not in pool.members:  # the baseline stays a parent: edits start from it too
+            pool.members[-1] = self.baseline.id
 
     def _screen_width(self, sampled: float) -> int:
         """The most draws (at least 3) the screen's share pays for: each on the first block (plus the share
@@ -201,71 +172,103 @@ class ReflectiveRace(Racing, Calibration, Moves):
         prompt's answers), then, where more than the pool are alive, the best `2 × pool` on a second block as
         long. Paying for a second block only where the draws outnumber the pool lets a small budget screen
         more draws than a fixed reserve for it would."""
-        share, pool, block = int(self.options.screen_share * self.context.budget), self.options.pool, len(self.block)
-        per_draw = block + sampled + (3 if self.calibrating and self.options.calibration == "contextual" else 0)
+        share, pool, block = int(self.options.screen_share * self.context.budget), self.options.pool, len(self.race.block)
+        twins = self.race.calibration != "off"
+        per_draw = block + sampled + (3 if self.race.calibration == "contextual" else 0)
 
         def cost(width: int) -> float:
-            alive = width * (2 if self.calibrating else 1)
+            alive = width * (2 if twins else 1)
             return width * per_draw + (min(width, 2 * pool) * block if alive > pool else 0)
         return most_affordable(3, cost, share)
 
     def _evolve(self) -> Iterator[TrialRequest]:
+        pool, race, moves = self.pool, self.race, self.moves
         rejected = idle = 0
-        step_cost = len(self.block) + self.options.minibatch + 2
-        while idle < 20 * len(self.moves) and step_cost < free_calls(self.context, self._final_reserve()):
+        step_cost = len(race.block) + self.options.minibatch + 2
+        while idle < 20 * len(moves.names) and step_cost < self._free_calls():
             self.steps += 1
-            move = self._move()
+            move = moves.draw()
             if move == "reflect":
-                affordable = free_calls(self.context, self._final_reserve()) // step_cost
-                children = yield from self._reflect([self._parent() for _ in range(min(self.parents,
-                                                                                        affordable))])
+                affordable = self._free_calls() // step_cost
+                children = yield from self._reflect([race.parent(self.rng) for _ in range(min(self.parents,
+                                                                                             affordable))])
             else:
-                children = [(yield from self._child(move, self._parent()))]
+                children = [(yield from self._child(move, race.parent(self.rng)))]
             for number, child in enumerate(children):
-                if child is None or self._key(child) in self.genomes:
+                if child is None or pool.key(child) in pool.genomes:
                     idle += 1  # nothing new from this move (a small space runs out of neighbours)
                     continue
                 idle = 0
-                self.made[move] += 1
-                self.lookahead = [(self._build(replace(c, label_bias=())), self.block) for c in children[number + 1:]
-                                  if c is not None and self._key(c) not in self.genomes]
-                ids = yield from self._race(child, move)
-                self.lookahead = []
-                worst, best_new = self._by_score(self.pool)[-1], self._by_score(ids)[0]
-                if self._race_score(best_new) > self._race_score(worst):
-                    self.pool = [i for i in self.pool if i != worst] + [best_new]
-                    self.entered[move] += 1
+                moves.made[move] += 1
+                pool.ahead = [(pool.build(replace(c, label_bias=())), race.block)
+                              for c in children[number + 1:] if c is not None and pool.key(c) not in pool.genomes]
+                ids = yield from race.enter(child, move)
+                pool.ahead = []
+                worst, best_new = race.by_score(pool.members)[-1], race.by_score(ids)[0]
+                if race.score(best_new) > race.score(worst):
+                    pool.members = [i for i in pool.members if i != worst] + [best_new]
+                    moves.entered[move] += 1
                     rejected = 0
                 else:
                     rejected += 1
                 if rejected >= self.options.patience:
-                    yield from self._grow_block()
+                    yield from race.grow(self._free_calls())
                     rejected = 0
-            step_cost = len(self.block) + self.options.minibatch + 2
+            step_cost = len(race.block) + self.options.minibatch + 2
+
+    def _free_calls(self) -> int:
+        """Calls the evolve stage may still spend before the final race's reserve."""
+        return free_calls(self.context, self.final.reserve(self.context))
 
     def _child(self, move: str, parent: str) -> Iterator[TrialRequest]:
         """One child of `parent` by a move other than reflection (None: nothing new)."""
         if move == "grammar":
-            return self._grammar(parent)
+            return self.moves.grammar(parent)
         if move == "demos":
             return (yield from self._swap_demo(parent))
         if move == "sample":
-            return self._sample(parent)
-        return self._merge(parent)
+            return self.moves.sample(parent)
+        return self.moves.merge(parent, self._donor(parent))
+
+    def _reflect(self, parent_keys: list[str]) -> Iterator[TrialRequest]:
+        """Each parent scored on its reflection minibatch, the model answering them together; then its child."""
+        if not self.moves.writing:
+            return [None] * len(parent_keys)
+        batches = [self.moves.reflection_batch(key, self.steps * self.parents + number)
+                   for number, key in enumerate(parent_keys)]
+        yield from self.pool.ask_each([(self.pool.candidates[k], b) for k, b in zip(parent_keys, batches)],
+                                      "reflection minibatch")
+        return self.moves.reflect(parent_keys, batches)
+
+    def _swap_demo(self, parent: str) -> Iterator[TrialRequest]:
+        """The parent scored on the examples a demo swap draws from; then its child."""
+        batch = self.moves.swap_batch(parent, self.steps)
+        if batch is None:
+            return None
+        yield from self.pool.ask(self.pool.candidates[parent], batch, "demo bootstrap")
+        return self.moves.swap_demo(parent, batch)
+
+    def _donor(self, parent: str) -> str | None:
+        """The pool member a merge takes its instruction from: another drawn from the Pareto front."""
+        others = [k for k in self.pool.members if k != parent]
+        if not others:
+            return None
+        return self.race.parent(self.rng) if len(others) > 1 else others[0]
 
     def report_lines(self) -> list[str]:
-        made = ", ".join(f"{move} {self.made[move]} ({self.entered[move]} entered the pool)" for move in self.moves)
+        moves, final = self.moves, self.final
+        made = ", ".join(f"{move} {moves.made[move]} ({moves.entered[move]} entered the pool)" for move in moves.names)
         leader = next(iter(self.ranking()), None)
         chosen = leader is not None and (leader.spec.calibrate or bool(leader.spec.label_bias))
-        refit = leader is not None and leader.id in self.refits
-        lines = [f"Reflective race: {len(self.candidates)} prompts scored ({self.steps} evolution steps, "
+        refit = leader is not None and leader.id in final.refits
+        said = calibration_said(self.options.calibration, self.context.serve, self.context.label_offsets)
+        lines = [f"Reflective race: {len(self.pool.candidates)} prompts scored ({self.steps} evolution steps, "
                  f"{self.parents} parent{'s' if self.parents > 1 else ''} per reflection step; children by "
-                 f"move: {made}); race block {len(self.block)} dev examples; finalists on "
-                 f"{len(self.final_ids)} dev examples; calibration "
-                 f"{self._calibration_said()}"
+                 f"move: {made}); race block {len(self.race.block)} dev examples; finalists on "
+                 f"{len(final.final_ids)} dev examples; calibration {said}"
                  f"{', chosen by the leader' if chosen else ''}"
-                 f"{f' (its offsets measured on those {len(self.final_ids)} inputs)' if refit else ''}."]
-        if self.critiques:
+                 f"{f' (its offsets measured on those {len(final.final_ids)} inputs)' if refit else ''}."]
+        if moves.critiques:
             lines += ["Critiques (false positives and false negatives kept apart):",
-                      *(f"- {c}" for c in self.critiques)]
+                      *(f"- {c}" for c in moves.critiques)]
         return lines
