@@ -3,6 +3,7 @@ modules at most, and `load_run` reopens every kind of run directory the commands
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 import prompttune
 from prompttune.core.errors import UserError
-from prompttune.core.run_files import ARMS, SUMMARY
+from prompttune.core.run_files import ARMS, SUMMARY, TRIALS, read_trials
 from prompttune.results.finished_run import FinishedCompare, FinishedEvaluation
 from prompttune.testing import SyntheticOracleBackend, demo_task
 
@@ -41,6 +42,15 @@ def test_the_count_sees_a_new_module_naming_a_file(tmp_path: Path) -> None:
     module = tmp_path / "writer.py"
     module.write_text('SUMMARY = run_dir / "summary.json"\n')
     assert FILE_NAME.search(module.read_text())
+
+
+def test_reading_the_trials_leaves_the_log_untouched(tmp_path: Path) -> None:
+    """A resumed comparison tells a finished arm by its trial log's mtime: reading the log must not touch it."""
+    log = tmp_path / TRIALS
+    log.write_text('{"trial": 0}\n{"trial": 1}\n{"tri')  # a torn last line, as a kill leaves it
+    os.utime(log, ns=(0, 10**9))
+    assert read_trials(tmp_path) == [{"trial": 0}, {"trial": 1}] and log.stat().st_mtime_ns == 10**9
+    assert read_trials(tmp_path / "absent") == []
 
 
 def test_load_run_opens_a_comparison(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Literal
 
 from prompttune.core.errors import UserError
-from prompttune.core.storage import JsonlStorage, write_atomic
+from prompttune.core.storage import JsonlStorage, read_trial_log, write_atomic
 
 RunKind = Literal["optimize", "compare", "evaluate"]
 PromptRole = Literal["shipped", "dev_winner", "baseline"]
@@ -172,8 +172,9 @@ def trial_log(run_dir: Path) -> JsonlStorage:
 
 
 def read_trials(run_dir: Path) -> list[dict]:
-    """Every trial logged (none before the search wrote one); a torn last line is skipped."""
-    return trial_log(run_dir).load() if (run_dir / TRIALS).is_file() else []
+    """Every trial logged (none before the search wrote one), the log left untouched (a finished arm's mtime is
+    how a resumed comparison is seen not to have run it again); a torn last line is skipped."""
+    return read_trial_log(run_dir / TRIALS) if (run_dir / TRIALS).is_file() else []
 
 
 def set_aside_trials(run_dir: Path) -> int:
@@ -181,7 +182,7 @@ def set_aside_trials(run_dir: Path) -> int:
     writes trials.jsonl anew; return how many trials it held."""
     if not (run_dir / TRIALS).is_file():
         return 0
-    trials = len(trial_log(run_dir).load())
+    trials = len(read_trial_log(run_dir / TRIALS))
     os.replace(run_dir / TRIALS, run_dir / TRIALS_SET_ASIDE)
     return trials
 

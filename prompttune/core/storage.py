@@ -57,17 +57,22 @@ class JsonlStorage(TrialStorage):
             f.write(json.dumps(trial, ensure_ascii=False) + "\n")
 
     def load(self) -> list[dict]:
-        """Every complete line; a torn last line (the process was killed mid-write) is skipped."""
-        with open(self.path, encoding="utf-8") as f:
-            lines = [line for line in f if line.strip()]
-        trials = []
-        for number, line in enumerate(lines):
-            try:
-                trials.append(json.loads(line))
-            except json.JSONDecodeError:
-                if number < len(lines) - 1:
-                    raise
-        return trials
+        return read_trial_log(self.path)
+
+
+def read_trial_log(path: Path) -> list[dict]:
+    """Every complete line of a trial log, which reading leaves untouched; a torn last line (the process was
+    killed mid-write) is skipped."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    trials = []
+    for number, line in enumerate(lines):
+        try:
+            trials.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines) - 1:
+                raise
+    return trials
 
 
 def write_atomic(path: str | Path, text: str) -> None:
