@@ -13,13 +13,13 @@ Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/budget_curve.py RUN_DI
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prompttune.backends.factory import build_backend  # noqa: E402
+from prompttune.core.run_files import CACHE, read_leaders, read_prompt  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.results.run_record import read_run_config  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
@@ -36,10 +36,10 @@ def main() -> None:
     args = parser.parse_args()
     config = read_run_config(args.run_dir)
     task = load_run_task(config)
-    leaders = [json.loads(line) for line in (args.run_dir / "leaders.jsonl").read_text().splitlines()]
-    baseline = PromptSpec.from_dict(json.loads((args.run_dir / "baseline_prompt.json").read_text())["spec"])
+    leaders = read_leaders(args.run_dir)
+    baseline = PromptSpec.from_dict(read_prompt(args.run_dir, "baseline")["spec"])
     backend = build_backend(config)
-    cache = ResultCache(config.cache or args.run_dir / "cache.sqlite")
+    cache = ResultCache(config.cache or args.run_dir / CACHE)
     test = [ex.id for ex in task.splits["test"]]
     evaluator = Evaluator(backend, {ex.id: ex for ex in task.splits["test"]},
                           {ex.id: ex for ex in task.splits["train"]}, cache, BudgetLedger(), scoring=config.scoring)

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prompttune.api import load_run  # noqa: E402
 from prompttune.backends.factory import build_backend  # noqa: E402
+from prompttune.core.run_files import CACHE  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.scoring import contract  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
@@ -42,7 +43,7 @@ def test_accuracies(run_dir: Path, backend) -> tuple[str, int, str, dict[str, fl
     task = load_run_task(run.config)
     test = task.splits["test"]
     accuracy = {}
-    with closing(ResultCache(run.config.cache or run_dir / "cache.sqlite")) as cache:
+    with closing(ResultCache(run.config.cache or run_dir / CACHE)) as cache:
         for serve in CONTRACTS:
             spec = run.shipped.spec
             if not contract.admits(serve, backend, spec):  # offsets production cannot apply are dropped

@@ -34,8 +34,18 @@ from typing import Any
 
 from prompttune.cli import main as prompttune_main
 from prompttune.core.errors import UserError
+from prompttune.core.run_files import (
+    ANYTIME_PLOT,
+    HEADLINE,
+    SUMMARY,
+    finished_arms,
+    read_config,
+    read_headline,
+    read_summary,
+    write_headline,
+)
 from prompttune.reports.compare_report import generation_lines
-from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
+from prompttune.results.arms import ArmRun, load_arm_run
 from prompttune.statistics.seeds import Claim, judge_claims, p_text
 from prompttune.statistics.stats import t_interval
 from prompttune.tasks.base import SplitSizes
@@ -43,7 +53,6 @@ from prompttune.tasks.builtin import BUILTIN, builtin_draws
 from prompttune.tasks.pools import example_text
 
 REPO = Path(__file__).resolve().parents[1]
-RECORD = "headline.json"
 SEEDS = 5
 ALPHA = 0.05  # the protocol's q for Benjamini–Hochberg across the claims
 EARLIER_SPLIT_SEEDS = range(13)  # every split seed a result used before the protocol (headline_protocol.md)
@@ -104,10 +113,9 @@ def _headline(task: str) -> Headline:
 
 def _read_record(run_dir: Path, task: str | None = None) -> dict[str, Any]:
     """The run's provenance; `task`, when given, must be the one it ran."""
-    path = run_dir / RECORD
-    if not path.is_file():
-        raise UserError(f"{run_dir} holds no {RECORD}: not a run this script started")
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = read_headline(run_dir)
+    if record is None:
+        raise UserError(f"{run_dir} holds no {HEADLINE}: not a run this script started")
     if task is not None and record["task"] != task:
         raise UserError(f"{run_dir} is the {record['task']} headline, not {task}'s")
     return record
@@ -135,7 +143,7 @@ def start(task: str, jobs: int, allow_dirty: bool) -> int:
         return prompttune_main(argv)
     finally:  # written however compare ends (finished, interrupted, failed): the run directory is the record
         if made := sorted(set(runs.glob("*-compare")) - before):
-            (made[-1] / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+            write_headline(made[-1], record)
 
 
 def resume(task: str, run_dir: Path, jobs: int) -> int:
@@ -146,7 +154,7 @@ def resume(task: str, run_dir: Path, jobs: int) -> int:
         raise UserError(f"{run_dir} ran at {record['commit'][:7]}; this checkout is at {commit[:7]}: resume at the "
                         "same commit")
     record["resumes"].append({"at": _now(), "dirty": bool(changed), "jobs": jobs})
-    (run_dir / RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_headline(run_dir, record)
     return prompttune_main(["compare", "--resume", str(run_dir), "--jobs", str(jobs)])
 
 
@@ -193,24 +201,19 @@ def _claim_table(claims: list[Claim]) -> list[str]:
 
 
 def _arm_runs(run_dir: Path) -> list[ArmRun]:
-    return [load_arm_run(path.parent) for path in sorted(run_dir.glob(f"arms/*/{ARM_FILE}"))]
-
-
-def _config(run_dir: Path) -> dict[str, Any]:
-    """The comparison's own config.json: its arms, seeds and run settings, as compare planned them."""
-    return json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+    return [load_arm_run(arm) for arm in finished_arms(run_dir)]
 
 
 def _missing(headline: Headline, run_dir: Path, accuracies: Accuracies) -> list[str]:
     """Why the run is not yet the headline: arm-seeds missing, too few seeds, no summary (empty: complete)."""
-    config = _config(run_dir)
+    config = read_config(run_dir)
     seeds = list(config["seeds"])
     missing = [f"{arm} seed {seed}" for arm in config["optimizers"] for seed in seeds
                if seed not in accuracies.get(arm, {})]
     if len(seeds) < headline.seeds:
         missing.append(f"{headline.seeds - len(seeds)} seeds never planned")
-    if not (run_dir / "summary.json").is_file():
-        missing.append("the comparison's summary.json")
+    if not (run_dir / SUMMARY).is_file():
+        missing.append(f"the comparison's {SUMMARY}")
     return missing
 
 
@@ -247,7 +250,7 @@ def report_text(result: TaskResult, runs: list[ArmRun]) -> str:
     ablation."""
     task, run_dir, record, accuracies = result.task, Path(result.run_dir), result.record, result.accuracies
     headline = _headline(task)
-    config = _config(run_dir)
+    config = read_config(run_dir)
     arms, seeds = list(config["optimizers"]), list(config["seeds"])
     if result.missing:
         lines = [f"# Headline: {task}", "", "[← protocol](headline_protocol.md)", "",
@@ -284,11 +287,11 @@ def report_text(result: TaskResult, runs: list[ArmRun]) -> str:
     lines.append(f"Mean difference {mean(ablation):+.3f}, 95% CI {_interval(ablation, (-1.0, 1.0))}, per seed "
                  f"{', '.join(f'{d:+.3f}' for d in ablation)}." if ablation else "No seed has both arms yet.")
     lines += ["", *generation_lines(runs, arms)]
-    if (run_dir / "summary.json").is_file():
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    if (run_dir / SUMMARY).is_file():
+        summary = read_summary(run_dir)
         lines += ["", "## Fairness checks", "",
                   *(f"- {'ok' if k['ok'] else 'FAILED'}: {k['claim']} ({k['detail']})" for k in summary["fairness"])]
-    if (run_dir / "anytime.png").is_file():
+    if (run_dir / ANYTIME_PLOT).is_file():
         lines += ["", f"![anytime](headline_{task}.png)"]
     return "\n".join(lines) + "\n"
 
@@ -343,8 +346,8 @@ def report(task: str, run_dir: Path) -> Path:
     result = _result_of(run_dir, runs, task)
     out.write_text(report_text(result, runs), encoding="utf-8")
     out.with_suffix(".json").write_text(result.to_json(), encoding="utf-8")
-    if (run_dir / "anytime.png").is_file():
-        shutil.copyfile(run_dir / "anytime.png", out.with_suffix(".png"))
+    if (run_dir / ANYTIME_PLOT).is_file():
+        shutil.copyfile(run_dir / ANYTIME_PLOT, out.with_suffix(".png"))
     return out
 
 

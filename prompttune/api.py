@@ -22,7 +22,7 @@ from prompttune.engine.evaluate import load_evaluation_task, run_evaluation
 from prompttune.engine.study import resume_study, run_study
 from prompttune.results.compare import CompareResult
 from prompttune.results.evaluate import EvaluateConfig, EvaluationResult
-from prompttune.results.finished_run import FinishedRun, read_finished_run
+from prompttune.results.finished_run import FinishedCompare, FinishedEvaluation, FinishedRun, read_finished
 from prompttune.results.run import RunResult
 from prompttune.scoring.prompt_sources import parse_prompts, sample_space
 from prompttune.search_spaces import SearchSpace
@@ -91,10 +91,12 @@ def resume(run_dir: str | Path, *, task: Task | None = None, space: SearchSpace 
                         progress=progress, handle_signals=progress)
 
 
-def load_run(run_dir: str | Path) -> FinishedRun:
-    """Reopen a finished optimize run from its directory: its config, the shipped, dev-winner and baseline
-    prompts, the verdict (verdict.json) and the trials, without a model. A directory that is not a finished
-    run is one line saying why.
+def load_run(run_dir: str | Path) -> FinishedRun | FinishedCompare | FinishedEvaluation:
+    """Reopen a finished run from its directory, without a model: an optimize run as a `FinishedRun` (its config,
+    the shipped, dev-winner and baseline prompts, the verdict (verdict.json) and the trials), a comparison as a
+    `FinishedCompare` (its settings, summary.json and every arm-seed) and an evaluation as a `FinishedEvaluation`
+    (its config, prompts, records and summary.json); `.kind` says which. A directory that is not a finished run
+    is one line saying why.
 
     >>> import prompttune, tempfile
     >>> from prompttune.testing import SyntheticOracleBackend, demo_task
@@ -105,7 +107,7 @@ def load_run(run_dir: str | Path) -> FinishedRun:
     >>> run.confirmed, run.shipped.id == result.shipped.id, len(run.trials) == len(result.trials.load())
     (True, True, True)
     """
-    return read_finished_run(Path(run_dir))
+    return read_finished(Path(run_dir))
 
 
 def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequence[str] | None = None,

@@ -14,8 +14,8 @@ import pytest
 import prompttune
 from prompttune import Dimension, PromptSpec, SearchSpace, Task
 from prompttune.core.errors import UserError
-from prompttune.core.provenance import CODE_FILE
-from prompttune.engine.verdicts import REGISTRY, look_alpha
+from prompttune.core.run_files import CODE, VERDICT_REGISTRY
+from prompttune.engine.verdicts import look_alpha
 from prompttune.testing import OracleProblem, SyntheticOracleBackend, demo_task
 from tests.support import oracle_config, oracle_for
 
@@ -130,7 +130,7 @@ def test_every_verdict_on_a_test_split_is_counted_and_a_reused_split_warned(tmp_
                                    backend=SyntheticOracleBackend.for_task(task, _label_helps))
     first, second = run(0), run(1)
     assert (first.test_looks, second.test_looks) == (1, 2)
-    looks = [json.loads(line) for line in (tmp_path / REGISTRY).read_text().splitlines()]
+    looks = [json.loads(line) for line in (tmp_path / VERDICT_REGISTRY).read_text().splitlines()]
     assert [look["kind"] for look in looks] == ["final", "final"] and looks[0]["test_hash"] == looks[1]["test_hash"]
     assert "first verdict recorded on this test split" in (first.run_dir / "report.md").read_text()
     assert "This test split has now served 2 verdicts" in (second.run_dir / "report.md").read_text()
@@ -142,7 +142,7 @@ def test_every_run_directory_records_the_code_that_made_it(tmp_path: Path) -> No
     problem = OracleProblem.colours()
     run = prompttune.optimize(problem.task, optimizer="random", budget=300, space=problem.space,
                               backend=problem.backend, runs_dir=str(tmp_path))
-    lines = [json.loads(line) for line in (run.run_dir / CODE_FILE).read_text().splitlines()]
+    lines = [json.loads(line) for line in (run.run_dir / CODE).read_text().splitlines()]
     assert len(lines) == 1 and lines[0]["version"] == prompttune.__version__
     assert Path(lines[0]["source"]) == Path(prompttune.__file__).resolve().parent
     assert lines[0]["commit"] is None or (len(lines[0]["commit"]) == 40 and isinstance(lines[0]["dirty"], bool))

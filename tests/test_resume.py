@@ -21,14 +21,13 @@ from prompttune.backends.base import Backend
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption
+from prompttune.core.run_files import ARM, TEST_LOOKS, VERDICT_REGISTRY, run_status
 from prompttune.core.storage import JsonlStorage
 from prompttune.engine import arm_executors, record_step
 from prompttune.engine.comparison import CompareRequest, resume_compare, run_compare
 from prompttune.engine.study import resume_study, run_study
-from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, next_look_alpha
-from prompttune.results.arms import ARM_FILE
+from prompttune.engine.verdicts import Look, next_look_alpha
 from prompttune.results.run import RunResult
-from prompttune.results.run_record import run_status
 from prompttune.scoring.cache import ResultCache
 from tests.support import CountingBackend, comparison_outcome, oracle_config, oracle_for
 
@@ -215,7 +214,7 @@ def test_a_signal_that_stops_at_once_marks_the_run_closes_its_cache_and_resume_f
     assert run_status(run_dir) == "finished"
 
 
-@pytest.mark.parametrize("writing", ["write_report", "write_html_report"])  # before verdict.json, after it
+@pytest.mark.parametrize("writing", ["write_report", "write_page"])  # before verdict.json, after it
 def test_a_run_stopped_while_its_report_is_written_resumes_to_its_recorded_final_verdict(
         tmp_path: Path, monkeypatch, writing: str) -> None:
     """The final look was made and recorded, then a signal stopped the run: the resume reuses that look at its
@@ -230,13 +229,13 @@ def test_a_run_stopped_while_its_report_is_written_resumes_to_its_recorded_final
         run_study(stopped, backend=oracle_for(stopped), handle_signals=True)
     run_dir = next(path for path in Path(stopped.runs_dir).iterdir() if path.is_dir())
     assert run_status(run_dir) == "interrupted"
-    assert [look["kind"] for look in lines(Path(stopped.runs_dir) / REGISTRY)] == ["final"]
+    assert [look["kind"] for look in lines(Path(stopped.runs_dir) / VERDICT_REGISTRY)] == ["final"]
     monkeypatch.setattr(record_step, writing, write)
     resumed = resume_study(run_dir, backend=oracle_for(config))
     _assert_same_result(run_dir, resumed, whole)
     assert resumed.verdict.alpha == config.alpha and resumed.verdict.shipped.id == whole.verdict.shipped.id
-    assert [look["kind"] for look in lines(Path(stopped.runs_dir) / REGISTRY)] == ["final"]
-    assert len(json.loads((run_dir / RUN_LOOKS).read_text())) == 1 and resumed.test_looks == 1
+    assert [look["kind"] for look in lines(Path(stopped.runs_dir) / VERDICT_REGISTRY)] == ["final"]
+    assert len(json.loads((run_dir / TEST_LOOKS).read_text())) == 1 and resumed.test_looks == 1
     assert run_status(run_dir) == "finished" and (run_dir / "report.html").is_file()
 
 
@@ -260,7 +259,7 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
 
     def one_arm_finished_the_next_midway() -> bool:
         arms = [a for a in folder.glob("runs/*-compare/arms/*") if a.is_dir()]
-        running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
+        running = [a for a in arms if not (a / ARM).is_file() and (a / "trials.jsonl").is_file()]
         return len(arms) > len(running) and any(len(lines(a / "trials.jsonl")) >= 2 for a in running)
     child = _signal_when(folder, ["compare", "random,sh"], one_arm_finished_the_next_midway, signum)
     _, stderr = child.communicate(timeout=120)
@@ -269,8 +268,8 @@ def test_a_compare_stopped_midway_resumes_without_rerunning_a_finished_arm(tmp_p
         assert child.returncode == 130 and stderr.strip().splitlines()[-1] == (
             f"interrupted: comparison stopped; the arms finished so far are kept: finish it with "
             f"`compare --resume {compare_dir}`")
-        assert [run_status(d) for d in compare_dir.glob("arms/*/") if not (d / ARM_FILE).is_file()] == ["interrupted"]
-    finished = {d: (d / "trials.jsonl").stat().st_mtime_ns for d in compare_dir.glob("arms/*/") if (d / ARM_FILE).is_file()}
+        assert [run_status(d) for d in compare_dir.glob("arms/*/") if not (d / ARM).is_file()] == ["interrupted"]
+    finished = {d: (d / "trials.jsonl").stat().st_mtime_ns for d in compare_dir.glob("arms/*/") if (d / ARM).is_file()}
     assert finished and len(finished) < 4 and not (compare_dir / "summary.json").exists()
     paid = _cached_keys(compare_dir / "cache.sqlite")
     assert main(["report", str(compare_dir)]) == 2
@@ -339,8 +338,8 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
 
     def one_arm_finished_another_midway() -> bool:  # two workers, three arm-seeds of five trials each
         arms = [a for a in folder.glob("runs/*-compare/arms/*") if a.is_dir()]
-        running = [a for a in arms if not (a / ARM_FILE).is_file() and (a / "trials.jsonl").is_file()]
-        finished = [a for a in arms if (a / ARM_FILE).is_file()]  # not an arm whose first trial is still to come
+        running = [a for a in arms if not (a / ARM).is_file() and (a / "trials.jsonl").is_file()]
+        finished = [a for a in arms if (a / ARM).is_file()]  # not an arm whose first trial is still to come
         return bool(finished) and any(2 <= len(lines(a / "trials.jsonl")) <= 3 for a in running)
     child = _signal_when(folder, ["compare", "random", "--jobs", "2", "--seeds", "3", "--executor", executor],
                          one_arm_finished_another_midway, signal.SIGINT)
@@ -356,7 +355,7 @@ def test_compare_jobs_stops_every_worker_on_the_first_sigint_and_resumes(tmp_pat
         time.sleep(0.02)
     assert not [pid for pid in processes if _alive(pid)], "a process of the comparison outlived it"
     arms = list(compare_dir.glob("arms/*/"))
-    stopped = [d for d in arms if not (d / ARM_FILE).is_file()]
+    stopped = [d for d in arms if not (d / ARM).is_file()]
     assert stopped and len(stopped) < len(arms) and {run_status(d) for d in stopped} == {"interrupted"}
     assert "stopped by SIGINT after the trial in flight" in {interruption(d)["reason"] for d in stopped}
     paid = _cached_keys(compare_dir / "cache.sqlite")
@@ -379,7 +378,7 @@ def test_a_dspy_arm_left_unfinished_compiles_again_and_pays_its_calls_once(tmp_p
     whole = run_compare(CompareRequest(config, ["dspy-bfrs"], [0], {}, backend=oracle_for(config), mode="native"))
     arm = whole.runs[0]
     # What a kill leaves after the arm's last file but before its arm.json: an unfinished arm.
-    (arm.run_dir / ARM_FILE).unlink()
+    (arm.run_dir / ARM).unlink()
     (whole.run_dir / "summary.json").unlink()
     backend = oracle_for(config)
     again = resume_compare(whole.run_dir, backend=backend).runs[0]

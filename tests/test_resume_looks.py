@@ -13,11 +13,11 @@ import pytest
 
 import prompttune
 from prompttune.core.interrupt import RunInterrupted
+from prompttune.core.run_files import TEST_LOOKS, VERDICT_REGISTRY, run_status
 from prompttune.core.storage import JsonlStorage
 from prompttune.engine import record_step
 from prompttune.engine.study import resume_study, run_study
-from prompttune.engine.verdicts import REGISTRY, RUN_LOOKS, Look, served_decisions
-from prompttune.results.run_record import run_status
+from prompttune.engine.verdicts import Look, served_decisions
 from tests.support import oracle_config, oracle_for
 
 
@@ -34,7 +34,7 @@ def _signal_after_trials(monkeypatch: pytest.MonkeyPatch, trials: int, signum: s
 
 
 def _registry(runs_dir: Path) -> list[dict]:
-    return JsonlStorage(runs_dir / REGISTRY).load()
+    return JsonlStorage(runs_dir / VERDICT_REGISTRY).load()
 
 
 def _shipped(run_dir: Path) -> str:
@@ -42,7 +42,7 @@ def _shipped(run_dir: Path) -> str:
     return json.loads((run_dir / "best_prompt.json").read_text())["candidate_id"]
 
 
-@pytest.mark.parametrize("writing", ["write_report", "write_html_report"])  # before verdict.json, after it
+@pytest.mark.parametrize("writing", ["write_report", "write_page"])  # before verdict.json, after it
 def test_a_decided_run_stopped_again_mid_search_keeps_its_one_recorded_decision(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writing: str) -> None:
     """Finish → stopped while its report is written → resume stopped mid-search → resume: one final look, one
@@ -67,7 +67,7 @@ def test_a_decided_run_stopped_again_mid_search_keeps_its_one_recorded_decision(
             resume_study(run_dir, backend=oracle_for(config), handle_signals=True)
     assert run_status(run_dir) == "interrupted"
     assert [look["kind"] for look in _registry(runs_dir)] == ["final"]
-    assert [look["kind"] for look in json.loads((run_dir / RUN_LOOKS).read_text())] == ["final"]
+    assert [look["kind"] for look in json.loads((run_dir / TEST_LOOKS).read_text())] == ["final"]
     assert _shipped(run_dir) == confirmed
     assert "final held-out verdict is recorded and stands" in str(stop.value)
 
@@ -104,7 +104,7 @@ def test_the_registry_counts_runs_however_their_looks_and_paths_were_written(tmp
     """An older release's registry (a decided run's extra interim look at α = 0) and a resume that spelled the run's
     path otherwise still count one decision per run; another split's looks are not counted."""
     def log(run_dir: str, kind: str, alpha: float, test_hash: str = "split") -> None:
-        with open(tmp_path / REGISTRY, "a", encoding="utf-8") as registry:
+        with open(tmp_path / VERDICT_REGISTRY, "a", encoding="utf-8") as registry:
             registry.write(json.dumps(asdict(Look(run_dir, "colours", 0, 90, test_hash, kind, alpha, "", "", 0.0)))
                            + "\n")
     log("runs/a", "final", 0.05)

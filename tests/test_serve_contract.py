@@ -13,6 +13,7 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.run_files import write_page
 from prompttune.core.types import ChoiceRequest
 from prompttune.engine import comparison, evaluate, study
 from prompttune.engine.evaluate import run_evaluation
@@ -20,7 +21,7 @@ from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import checked_search, run_study
 from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
-from prompttune.reports.html_report import write_html_report
+from prompttune.reports.html_report import html_page
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.scoring.contract import (
     GENERATION,
@@ -203,7 +204,7 @@ def test_an_old_run_directory_without_serve_loads_and_reports(tmp_path: Path) ->
     path.write_text(json.dumps({**old, "scoring": "logit"}))  # as runs wrote it before the contract
     assert RunConfig.model_validate_json(path.read_text()).contract == "logprobs"
     (result.run_dir / "report.html").unlink()
-    write_html_report(result.run_dir)
+    write_page(result.run_dir, html_page(result.run_dir))
     assert "serve logprobs" in (result.run_dir / "report.html").read_text()
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from prompttune.reports.html_report import write_html_report
+from prompttune.core.run_files import write_page
+from prompttune.reports.html_report import html_page
 
 
 def _report(args: argparse.Namespace) -> int:
-    print(write_html_report(Path(args.run_dir)))
+    run_dir = Path(args.run_dir)
+    print(write_page(run_dir, html_page(run_dir)))
     return 0
 
 

@@ -26,6 +26,7 @@ from statistics import mean
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
 from prompttune.backends.base import Backend, Request, WrappedBackend
+from prompttune.core.run_files import read_prompt, read_trials
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from prompttune.results.arms import Served
 from prompttune.results.compare import Cap, Check
@@ -132,13 +133,8 @@ def _name(run: "ArmRun") -> str:
 
 def _logged_demo_ids(run_dir: Path) -> set[str]:
     """Demo ids named anywhere in an arm's trial log and chosen prompt."""
-    ids: set[str] = set()
-    trials = run_dir / "trials.jsonl"
-    for line in trials.read_text().splitlines() if trials.is_file() else []:
-        ids.update(json.loads(line).get("demo_ids", []))
-    best = json.loads((run_dir / "best_prompt.json").read_text())
-    ids.update(best["spec"]["demo_ids"])
-    return ids
+    ids = {demo for trial in read_trials(run_dir) for demo in trial.get("demo_ids", [])}
+    return ids | set(read_prompt(run_dir, "shipped")["spec"]["demo_ids"])
 
 
 def _served_check(runs: list["ArmRun"]) -> Check:

@@ -1,1 +1,2 @@
-"""Bottom layer: shared types, errors, configuration, YAML and trial storage; imports nothing above."""
+"""Bottom layer: shared types, errors, configuration, YAML, trial storage and the run-directory schema
+(`run_files`); imports nothing above."""

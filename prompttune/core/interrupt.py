@@ -22,10 +22,10 @@ from types import FrameType
 from typing import Iterator
 
 from prompttune.core.errors import BackendUnavailable
+from prompttune.core.run_files import INTERRUPTION
 from prompttune.core.storage import write_atomic
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-INTERRUPTION = "interruption.json"
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import prompttune
-
-CODE_FILE = "code.jsonl"
+from prompttune.core.run_files import CODE
 
 
 def _git(source: Path, *args: str) -> str | None:
@@ -40,5 +39,5 @@ def code_provenance() -> dict[str, Any]:
 def record_code(run_dir: Path) -> None:
     """Append this process's code provenance, stamped with the time, to `run_dir/code.jsonl`."""
     line = {"at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **code_provenance()}
-    with open(Path(run_dir) / CODE_FILE, "a", encoding="utf-8") as f:
+    with open(Path(run_dir) / CODE, "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")

@@ -6,7 +6,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prompttune.core.errors import UserError
 
@@ -57,17 +57,22 @@ class JsonlStorage(TrialStorage):
             f.write(json.dumps(trial, ensure_ascii=False) + "\n")
 
     def load(self) -> list[dict]:
-        """Every complete line; a torn last line (the process was killed mid-write) is skipped."""
-        with open(self.path, encoding="utf-8") as f:
-            lines = [line for line in f if line.strip()]
-        trials = []
-        for number, line in enumerate(lines):
-            try:
-                trials.append(json.loads(line))
-            except json.JSONDecodeError:
-                if number < len(lines) - 1:
-                    raise
-        return trials
+        return read_trial_log(self.path)
+
+
+def read_trial_log(path: Path) -> list[dict]:
+    """Every complete line of a trial log, which reading leaves untouched; a torn last line (the process was
+    killed mid-write) is skipped."""
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    trials = []
+    for number, line in enumerate(lines):
+        try:
+            trials.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines) - 1:
+                raise
+    return trials
 
 
 def write_atomic(path: str | Path, text: str) -> None:
@@ -77,23 +82,3 @@ def write_atomic(path: str | Path, text: str) -> None:
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
-
-def read_json(path: Path) -> Any:
-    """A run directory's JSON file; a missing or broken one is the user's error, in one line."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path.parent} lacks {path.name}: not a complete run directory") from None
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
-
-
-def set_aside_trials(run_dir: Path) -> int:
-    """Move an interrupted run's trials.jsonl to trials.interrupted.jsonl, so that the rerun or replay
-    writes trials.jsonl anew; return how many trials it held."""
-    log = run_dir / "trials.jsonl"
-    if not log.is_file():
-        return 0
-    trials = len(JsonlStorage(log).load())
-    os.replace(log, run_dir / "trials.interrupted.jsonl")
-    return trials

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.run_files import DSPY_LOG, DSPY_PROGRAM
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, SearchContext
 from prompttune.optimizers.contract import describe_options
@@ -66,7 +67,7 @@ class DspyStrategy:
         train, dev = task.splits["train"], task.splits["dev"]
         settings = dspy_arm(config, setting.context)
         self.baseline = setting.context.space.default_candidate()
-        log = setting.run_dir / "dspy.log" if setting.run_dir else None
+        log = setting.run_dir / DSPY_LOG if setting.run_dir else None
         self.search_ = DspySearch(settings, self.baseline, setting.evaluator, task.input_fields, train, dev,
                                   config.seed, config.model, log, setting.proposer)
 
@@ -76,7 +77,7 @@ class DspyStrategy:
 
     def after_verdict(self, verdict: Verdict, run_dir: Path | None) -> None:
         if run_dir is not None:
-            self.search_.save_program(verdict.shipped.spec, run_dir / "dspy_program.json")
+            self.search_.save_program(verdict.shipped.spec, run_dir / DSPY_PROGRAM)
 
 
 def dspy_arm(config: RunConfig, context: SearchContext) -> DspyArm:

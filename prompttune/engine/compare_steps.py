@@ -26,17 +26,27 @@ from prompttune.comparing.variants import optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.interrupt import RunInterrupted, resumable_outage
+from prompttune.core.run_files import (
+    ANYTIME_PLOT,
+    ARM,
+    ARMS,
+    CACHE,
+    CONFIG,
+    run_status,
+    write_compare_summary,
+    write_page,
+    write_report,
+)
 from prompttune.engine.arm_executors import ArmExecutor, InProcessArms, WorkerArms, make_executor
 from prompttune.engine.arm_runs import ArmSeed, Draw, WorkerBench, arm_key
 from prompttune.engine.compare_request import CompareRequest
 from prompttune.engine.run_dir import BackendFactory, open_run
 from prompttune.engine.setup import run_contract
 from prompttune.engine.study import run_versions
-from prompttune.reports.compare_report import print_summary, write_report
-from prompttune.reports.html_report import write_html_report
-from prompttune.results.arms import ARM_FILE, ArmRun, load_arm_run
+from prompttune.reports.compare_report import print_summary, report_text, summary_facts
+from prompttune.reports.html_report import html_page
+from prompttune.results.arms import ArmRun, load_arm_run
 from prompttune.results.compare import ArmSummary, Cap, Check, CompareResult, EqualSpend, PairTest, SeedPair
-from prompttune.results.run_record import run_status
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
@@ -86,11 +96,11 @@ def open_compare(request: CompareRequest, config: RunConfig, draws: dict[int, Dr
         watch = ModelWatch(model.backend, first.task)
         run_dir = model.directory(config.runs_dir, f"{first.task.name}-compare", _settings(request, config),
                                   request.resume_dir)
-        with closing(ResultCache(config.cache or run_dir / "cache.sqlite")) as shared:
+        with closing(ResultCache(config.cache or run_dir / CACHE)) as shared:
             benches = {seed: Bench(d.config, d.task, d.space, watch, shared, request.options, d.coverage,
-                                   run_dir / "arms", console, request.progress, in_memory=request.data is not None)
+                                   run_dir / ARMS, console, request.progress, in_memory=request.data is not None)
                        for seed, d in draws.items()}
-            finished, todo = _finished_and_todo(request, benches, run_dir / "arms", console)
+            finished, todo = _finished_and_todo(request, benches, run_dir / ARMS, console)
             yield OpenedCompare(request, config, draws, build, watch, run_dir, benches,
                                 caps_of(request.match, config.budget, config.budget_tokens), finished, todo,
                                 console)
@@ -112,7 +122,7 @@ def _finished_and_todo(request: CompareRequest, benches: dict[int, Bench], arms_
     for arm in request.arms:
         for seed in request.seeds:
             left = earlier.get(arm_key(benches[seed].arm_config(arm, seed)))
-            if left and (left / ARM_FILE).is_file():
+            if left and (left / ARM).is_file():
                 finished[(arm, seed)] = load_arm_run(left)
                 console.print(f"{arm} seed {seed}: finished before the interruption, read back from {left}")
             else:
@@ -124,10 +134,10 @@ def _arms_to_reuse(arms_dir: Path) -> dict[tuple[str, str, int], Path]:
     """The directory of each arm × seed an interrupted comparison left (`arm_key`): a finished arm (arm.json),
     else one to resume. A run that finished but was not yet saved as an arm starts again elsewhere."""
     found: dict[tuple[str, str, int], Path] = {}
-    for config_file in sorted(arms_dir.glob("*/config.json")):
+    for config_file in sorted(arms_dir.glob(f"*/{CONFIG}")):
         run_dir = config_file.parent
         key = arm_key(RunConfig.model_validate_json(config_file.read_text(encoding="utf-8")))
-        if (run_dir / ARM_FILE).is_file() or (key not in found and run_status(run_dir) != "finished"):
+        if (run_dir / ARM).is_file() or (key not in found and run_status(run_dir) != "finished"):
             found[key] = run_dir
     return found
 
@@ -160,8 +170,8 @@ def arm_executor(opened: OpenedCompare) -> ArmExecutor:
     if not request.in_workers:
         return InProcessArms(opened.benches, opened.announce)
     worker_bench = WorkerBench({seed: bench.config for seed, bench in opened.benches.items()}, request.arms,
-                               request.options, request.mode, run_dir / "arms",
-                               Path(config.cache or run_dir / "cache.sqlite"),
+                               request.options, request.mode, run_dir / ARMS,
+                               Path(config.cache or run_dir / CACHE),
                                opened.build, request.data)
     return WorkerArms(make_executor(request.executor, request.jobs), worker_bench, opened.announce,
                       handle_signals=request.progress, resume_command=f"compare --resume {run_dir}")
@@ -246,9 +256,11 @@ def compare_result(opened: OpenedCompare, judged: JudgedCompare, started: float)
 
 def record_compare(opened: OpenedCompare, comparison: CompareResult) -> CompareResult:
     """The anytime plot, summary.json with report.md, and report.html; the CLI also prints the summary."""
-    plot_anytime(comparison.runs, comparison.arms, opened.config.budget, opened.run_dir / "anytime.png")
-    write_report(comparison)
-    write_html_report(opened.run_dir)
+    run_dir = opened.run_dir
+    plot_anytime(comparison.runs, comparison.arms, opened.config.budget, run_dir / ANYTIME_PLOT)
+    write_report(run_dir, report_text(comparison))
+    write_compare_summary(run_dir, summary_facts(comparison))
+    write_page(run_dir, html_page(run_dir))
     if opened.request.progress:
         print_summary(comparison, opened.console)
     return comparison

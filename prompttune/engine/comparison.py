@@ -22,7 +22,7 @@ from prompttune.backends.factory import build_backend
 from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.core.storage import read_json
+from prompttune.core.run_files import CONFIG, SUMMARY, read_config
 from prompttune.engine.arm_runs import draw_seed
 from prompttune.engine.compare_request import CompareRequest, check_compare
 from prompttune.engine.compare_steps import (
@@ -61,11 +61,11 @@ def resume_compare(run_dir: Path, backend: Backend | None = None, console: Conso
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir} is not a compare run directory")
-    if (run_dir / "summary.json").is_file() and not add:
-        raise UserError(f"{run_dir} finished already (summary.json exists); nothing to resume")
-    saved = read_json(run_dir / "config.json")
+    if (run_dir / SUMMARY).is_file() and not add:
+        raise UserError(f"{run_dir} finished already ({SUMMARY} exists); nothing to resume")
+    saved = read_config(run_dir)
     if not isinstance(saved, dict) or not {"run", "optimizers", "seeds", "options", "mode", "match"} <= saved.keys():
-        raise UserError(f"{run_dir} is not a compare run directory (its config.json is an optimize run's?)")
+        raise UserError(f"{run_dir} is not a compare run directory (its {CONFIG} is an optimize run's?)")
     RUN_DIR.set(run_dir)
     config = RunConfig.model_validate(saved["run"])
     arms, options = list(saved["optimizers"]), dict(saved["options"])

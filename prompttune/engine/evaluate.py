@@ -15,12 +15,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.errors import BudgetExhausted, UserError
+from prompttune.core.run_files import ACCURACY_PLOT, CACHE, write_evaluation, write_page, write_report
 from prompttune.core.types import Record
 from prompttune.engine.run_dir import open_run, run_label
 from prompttune.engine.setup import check_paths, task_space
 from prompttune.engine.study import run_versions
-from prompttune.reports.evaluate_report import print_summary, write_outputs
-from prompttune.reports.html_report import write_html_report
+from prompttune.reports.evaluate_report import (
+    plot_accuracies,
+    posix_rows,
+    print_summary,
+    prompt_rows,
+    record_rows,
+    report_text,
+    summary_facts,
+)
+from prompttune.reports.html_report import html_page
 from prompttune.results.evaluate import (
     EnsembleResult,
     EvaluateConfig,
@@ -138,7 +147,7 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
         ledger = BudgetLedger(cap_calls=config.budget)
         examples = task.splits[config.split]
         ids = [ex.id for ex in examples]
-        with closing(ResultCache(config.cache or run_dir / "cache.sqlite")) as cache:
+        with closing(ResultCache(config.cache or run_dir / CACHE)) as cache:
             evaluator = build_evaluator(run_config, run.backend, examples, task.splits["train"], cache, ledger,
                                         scoring=settings[0], max_new_tokens=config.max_new_tokens)
             results, ensembles, posix = _score(config, evaluator, settings, prompts, ids, task.labels, console,
@@ -153,11 +162,20 @@ def run_evaluation(config: EvaluateConfig, backend: Backend | None = None, conso
                                   ensembles, _ensemble_base(settings) if ensembles is not None else None, posix,
                                   ledger, run.backend.model_id, time.time() - started,
                                   run_versions(run_config, run.backend, passed=run.passed))
-        write_outputs(result)
-        write_html_report(result.run_dir)  # the page reads what write_outputs just wrote
+        record_evaluation(result)
     if progress:
         print_summary(result, console)
     return result
+
+
+def record_evaluation(result: EvaluationResult) -> None:
+    """Everything a reader or a later script needs, next to config.json and the cache, then report.md and the
+    page, which reads the files written before it."""
+    run_dir = result.run_dir
+    write_evaluation(run_dir, prompt_rows(result), record_rows(result), posix_rows(result), summary_facts(result))
+    plot_accuracies(result, run_dir / ACCURACY_PLOT)
+    write_report(run_dir, report_text(result))
+    write_page(run_dir, html_page(run_dir))
 
 
 def _ensemble_base(settings: list[str]) -> Literal["logit", "calibrated"]:

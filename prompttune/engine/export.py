@@ -48,7 +48,17 @@ from prompttune.backends.base import apply_chat_template
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.core.storage import read_json
+from prompttune.core.run_files import (
+    CALIBRATION_NOTE,
+    EXPORT_DSPY,
+    EXPORT_DSPY_LOADER,
+    EXPORT_JSON,
+    EXPORT_OPENAI_CHAT,
+    EXPORT_PYTHON,
+    EXPORT_TEXT,
+    SERVING_NOTE,
+    read_prompt,
+)
 from prompttune.core.types import Example, Prompt
 from prompttune.engine.setup import load_run_task
 from prompttune.results.prompt_formats import (
@@ -89,28 +99,28 @@ def write_serving_note(spec: PromptSpec, config: RunConfig, out: Path) -> Path:
     else:
         reading = ("The label is the label word whose first answer token has the largest log-probability"
                    + (", after the offsets in calibration.txt." if calibrated(spec, config) else "; no offsets."))
-    (out / "serving.txt").write_text(f"Serving contract: serve {serve} ({contract.WORDS[serve]}). The held-out test "
-                                     f"confirmed this prompt scored that way. {reading}\n", encoding="utf-8")
-    return out / "serving.txt"
+    (out / SERVING_NOTE).write_text(f"Serving contract: serve {serve} ({contract.WORDS[serve]}). The held-out test "
+                                    f"confirmed this prompt scored that way. {reading}\n", encoding="utf-8")
+    return out / SERVING_NOTE
 
 
 def write_calibration_note(spec: PromptSpec, config: RunConfig, demos: list[Example], out: Path) -> Path:
     """calibration.txt beside prompt.txt: the text export's word that the prompt ships calibrated."""
     if batch_calibrated(spec, config):
         offsets = ", ".join(f"{word} {bias:+.4f}" for word, bias in zip(spec.label_words, spec.label_bias))
-        (out / "calibration.txt").write_text(
+        (out / CALIBRATION_NOTE).write_text(
             "The shipped prompt is batch-calibrated (Zhou et al. 2024): normalise its label log-probabilities "
             f"over the labels, subtract these offsets, then take the largest: {offsets}.\n", encoding="utf-8")
-        return out / "calibration.txt"
+        return out / CALIBRATION_NOTE
     probes = "\n\n".join(f"--- content-free input {value!r} ---\n{as_text(p)}"
                          for value, p in zip(CONTENT_FREE, content_free_prompts(spec, demos)))
-    (out / "calibration.txt").write_text(
+    (out / CALIBRATION_NOTE).write_text(
         "The shipped prompt is calibrated (contextual calibration, Zhao et al. 2021): its label probabilities, "
         "normalised over the labels, are divided by a bias and normalised again before the largest is taken. "
         "The run's records keep calibrated scores only, so the bias is not exported: score the prompts below "
         "once on the production model; the bias is the mean of their label probabilities, each normalised "
         f"over the labels.\n\n{probes}\n", encoding="utf-8")
-    return out / "calibration.txt"
+    return out / CALIBRATION_NOTE
 
 
 LOADER = '''"""DSPy program exported by prompttune from {run}.
@@ -178,7 +188,7 @@ class ExportedPredict(dspy.Predict):
             return super().forward(**kwargs)
 
 
-def load(path: str | Path = Path(__file__).with_name("program.json")) -> dspy.Predict:
+def load(path: str | Path = Path(__file__).with_name("{program}")) -> dspy.Predict:
     fields = {{name: (str, dspy.InputField()) for name in INPUT_FIELDS}}
     fields["label"] = (Literal[LABELS], dspy.OutputField())
     program = ExportedPredict(dspy.make_signature(fields, "", "Classify"))
@@ -210,26 +220,23 @@ def write_dspy(spec: PromptSpec, demos: list[Example], config: RunConfig, run_di
 
     names = input_fields(spec)
     program = ProgramMapping.build(spec, names, demos, []).program(spec, demos)
-    program.save(str(out / "program.json"))
+    program.save(str(out / EXPORT_DSPY))
     prompt = template(spec, demos)
     messages = wire_messages(prompt, prefill=False)
-    (out / "program.py").write_text(LOADER.format(
-        run=run_dir, first=names[0], inputs=tuple(names), labels=tuple(spec.label_words),
+    (out / EXPORT_DSPY_LOADER).write_text(LOADER.format(
+        run=run_dir, program=EXPORT_DSPY, first=names[0], inputs=tuple(names), labels=tuple(spec.label_words),
         messages=pprint.pformat(messages, width=110, sort_dicts=False),
         instructions=program.signature.instructions, n_demos=len(demos),
         max_new_tokens=COT_MAX_NEW_TOKENS if spec.cot else MAX_NEW_TOKENS, cot=spec.cot,
         final_answer=extraction.FINAL_ANSWER.pattern,
         extract_label=inspect.getsource(extraction.extract_label), drops=_dspy_drops()))
-    return [out / "program.json", out / "program.py"]
+    return [out / EXPORT_DSPY, out / EXPORT_DSPY_LOADER]
 
 
 def load_winner(run_dir: Path) -> tuple[PromptSpec, RunConfig]:
     """The chosen PromptSpec and the run's configuration, from a run directory."""
     config = read_run_config(run_dir)
-    best = read_json(run_dir / "best_prompt.json")
-    if not isinstance(best, dict) or not isinstance(best.get("spec"), dict):
-        raise UserError(f"{run_dir / 'best_prompt.json'} holds no prompt spec; was it written by optimize?")
-    return PromptSpec.from_dict(best["spec"]), config
+    return PromptSpec.from_dict(read_prompt(run_dir, "shipped")["spec"]), config
 
 
 def demo_examples(spec: PromptSpec, config: RunConfig) -> list[Example]:
@@ -369,14 +376,15 @@ def export(run_dir: Path, to: str, out: Path) -> list[Path]:
     demos = demo_examples(spec, config)
     out.mkdir(parents=True, exist_ok=True)
     if to == "text":
-        (out / "prompt.txt").write_text(as_text(template(spec, demos)) + "\n", encoding="utf-8")
+        (out / EXPORT_TEXT).write_text(as_text(template(spec, demos)) + "\n", encoding="utf-8")
         note = [write_calibration_note(spec, config, demos, out)] if calibrated(spec, config) else []
-        return [out / "prompt.txt", write_serving_note(spec, config, out), *note]
+        return [out / EXPORT_TEXT, write_serving_note(spec, config, out), *note]
     if to == "json":
-        return _write_json(out / "prompt.json", as_json(spec, demos, config, run_dir))
+        return _write_json(out / EXPORT_JSON, as_json(spec, demos, config, run_dir))
     if to == "openai-chat":
-        return _write_json(out / "prompt.openai-chat.json", as_openai_chat(spec, demos, config, run_dir))
+        return _write_json(out / EXPORT_OPENAI_CHAT, as_openai_chat(spec, demos, config, run_dir))
     if to == "python":
-        (out / "classifier.py").write_text(python_module(spec, demos, config, run_dir, "classifier"), encoding="utf-8")
-        return [out / "classifier.py"]
+        module = Path(EXPORT_PYTHON).stem
+        (out / EXPORT_PYTHON).write_text(python_module(spec, demos, config, run_dir, module), encoding="utf-8")
+        return [out / EXPORT_PYTHON]
     return write_dspy(spec, demos, config, run_dir, out)

@@ -4,34 +4,35 @@ at each spend, the reports and verdict.json, written last because it alone marks
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
-from pathlib import Path
+from typing import Any
 
 from prompttune.core.interrupt import RunInterrupted, clear_interruption, mark_interrupted
-from prompttune.core.storage import write_atomic
+from prompttune.core.run_files import (
+    REPORT,
+    TOKENS_PLOT,
+    write_facts,
+    write_leaders,
+    write_page,
+    write_prompt,
+    write_report,
+    write_test_records,
+)
 from prompttune.engine.run_steps import OpenedRun
 from prompttune.engine.verdicts import final_look, new_look, record_look, served_decisions
 from prompttune.reports.html.tokens import marked_prompts, write_tokens_png
-from prompttune.reports.html_report import write_html_report
-from prompttune.reports.optimize_report import describe_change, print_summary, write_report
+from prompttune.reports.html_report import html_page
+from prompttune.reports.optimize_report import describe_change, print_summary, report_text
 from prompttune.results.run import RunResult
-from prompttune.results.run_record import token_facts, write_run_facts
+from prompttune.results.run_record import run_facts, test_record_rows, token_facts
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.tasks.base import Task
 
 
-def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSpace, baseline: Candidate,
-                 text: str, **facts: object) -> None:
-    """`name`.json (spec, dimensions, diff) and `name`.txt (the prompt as the model sees it)."""
-    write_atomic(run_dir / f"{name}.json", json.dumps({
-        "candidate_id": candidate.id,
-        **facts,
-        "dimensions": candidate.values(space),
-        "spec": asdict(candidate.spec),
-        "diff_from_baseline": describe_change(space, baseline, candidate),
-    }, indent=2, ensure_ascii=False))
-    write_atomic(run_dir / f"{name}.txt", text + "\n")
+def prompt_record(candidate: Candidate, space: SearchSpace, baseline: Candidate, **facts: object) -> dict[str, Any]:
+    """A prompt file's record: its id, what the run says of it, its dimensions, spec and change from the baseline."""
+    return {"candidate_id": candidate.id, **facts, "dimensions": candidate.values(space),
+            "spec": asdict(candidate.spec), "diff_from_baseline": describe_change(space, baseline, candidate)}
 
 
 def record_run(run: OpenedRun, result: RunResult, alpha: float, progress: bool) -> RunResult:
@@ -52,7 +53,7 @@ def record_run(run: OpenedRun, result: RunResult, alpha: float, progress: bool) 
         write_record(result, run.task, interim)
         if not stopped:
             clear_interruption(run_dir)
-        write_html_report(run_dir)
+        write_page(run_dir, html_page(run_dir))
     except RunInterrupted as exc:  # a signal while the record is written: a resume writes it again
         mark_interrupted(run_dir, exc.reason, run.servers())
         raise
@@ -60,7 +61,7 @@ def record_run(run: OpenedRun, result: RunResult, alpha: float, progress: bool) 
         print_summary(result, run.console)
     if stopped:
         raise RunInterrupted(f"{stopped}; the report of the best candidate so far, with its interim held-out "
-                             f"verdict, is {run_dir / 'report.md'}; finish the run with "
+                             f"verdict, is {run_dir / REPORT}; finish the run with "
                              f"`optimize --resume {run_dir}`", stopped)
     return result
 
@@ -72,19 +73,23 @@ def write_record(result: RunResult, task: Task, interim: bool) -> None:
     assert run_dir is not None
     example = task.splits["test"][0]
     shipped = verdict.shipped
-    write_prompt(run_dir, "best_prompt", shipped, space, baseline, result.prompt(shipped).render(example),
-                 serve=result.config.contract, verdict=verdict.summary(), is_baseline=shipped.id == baseline.id,
-                 **({"interim": True} if interim else {}))
-    write_prompt(run_dir, "dev_winner", verdict.dev_winner, space, baseline,
-                 result.prompt(verdict.dev_winner).render(example),
-                 label="dev winner: selected on dev; ships only if the held-out verdict confirms it")
-    write_prompt(run_dir, "baseline_prompt", baseline, space, baseline, result.prompt(baseline).render(example),
-                 label="baseline: the task's prompt (yours, or the default), the one every candidate must beat",
-                 **({"notes": list(space.notes)} if space.notes else {}))
-    write_atomic(run_dir / "leaders.jsonl", "".join(
-        json.dumps({"calls": calls, "tokens": tokens, "spec": asdict(spec)}) + "\n"
-        for calls, tokens, spec in result.outcome.leaders))  # the dev pick at each spend (budget_curve.py)
-    write_tokens_png(run_dir, token_facts(result), marked_prompts(baseline.id, verdict.dev_winner.id, shipped.id),
-                     result.config.objective)
-    write_report(result, result.config, task, space, baseline)
-    write_run_facts(result, task)
+    write_prompt(run_dir, "shipped", prompt_record(
+        shipped, space, baseline, serve=result.config.contract, verdict=verdict.summary(),
+        is_baseline=shipped.id == baseline.id, **({"interim": True} if interim else {})),
+        result.prompt(shipped).render(example))
+    write_prompt(run_dir, "dev_winner", prompt_record(
+        verdict.dev_winner, space, baseline,
+        label="dev winner: selected on dev; ships only if the held-out verdict confirms it"),
+        result.prompt(verdict.dev_winner).render(example))
+    write_prompt(run_dir, "baseline", prompt_record(
+        baseline, space, baseline,
+        label="baseline: the task's prompt (yours, or the default), the one every candidate must beat",
+        **({"notes": list(space.notes)} if space.notes else {})),
+        result.prompt(baseline).render(example))
+    write_leaders(run_dir, ({"calls": calls, "tokens": tokens, "spec": asdict(spec)}
+                            for calls, tokens, spec in result.outcome.leaders))  # the dev pick at each spend
+    write_tokens_png(run_dir / TOKENS_PLOT, token_facts(result),
+                     marked_prompts(baseline.id, verdict.dev_winner.id, shipped.id), result.config.objective)
+    write_report(run_dir, report_text(result, result.config, task, space, baseline))
+    write_test_records(run_dir, test_record_rows(result, task))
+    write_facts(run_dir, run_facts(result, task))  # last: verdict.json alone marks the run finished

@@ -17,7 +17,7 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
 from prompttune.core.provenance import record_code
-from prompttune.core.storage import write_atomic
+from prompttune.core.run_files import write_config
 from prompttune.engine.setup import RUN_DIR
 
 BackendFactory = Callable[[RunConfig], Backend]
@@ -59,7 +59,7 @@ class OpenRun:
         """Create `runs_dir/<stamp>-<label>`, or take `resume_dir` back, and write `settings` to its config.json
         atomically, with this process's code provenance appended to code.jsonl."""
         path = resume_dir or new_run_dir(runs_dir, label)
-        write_atomic(path / "config.json", settings)
+        write_config(path, settings)
         record_code(path)
         return path
 

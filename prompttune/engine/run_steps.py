@@ -22,7 +22,8 @@ from prompttune.backends.base import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.interrupt import RunInterrupted, StopRequest, mark_interrupted
-from prompttune.core.storage import InMemoryStorage, JsonlStorage, TrialStorage
+from prompttune.core.run_files import trial_log
+from prompttune.core.storage import InMemoryStorage, TrialStorage
 from prompttune.core.types import Example
 from prompttune.engine.run_dir import OpenRun
 from prompttune.engine.verdicts import Look, final_look, next_look_alpha
@@ -227,7 +228,7 @@ def search(run: OpenedRun, build_strategy: Callable[[Setting], Strategy], progre
     strategy = build_strategy(Setting(config, run.context, run.visible, evaluator,
                                       Proposer(run.proposer_backend, evaluator.meter, on_unusable_critique=advise),
                                       run.run_dir))
-    storage: TrialStorage = JsonlStorage(run.run_dir / "trials.jsonl") if run.run_dir else InMemoryStorage()
+    storage: TrialStorage = trial_log(run.run_dir) if run.run_dir else InMemoryStorage()
     started = time.perf_counter()
     with run.resumable():
         with _progress(console, progress) as bar_view:

@@ -25,7 +25,7 @@ from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import StopRequest, interruption, resumable_outage, stop_on_signals
-from prompttune.core.storage import set_aside_trials
+from prompttune.core.run_files import CACHE, FACTS, run_status, set_aside_trials
 from prompttune.core.types import Example
 from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.record_step import record_run
@@ -48,7 +48,7 @@ from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.run import Resumption, RunResult
-from prompttune.results.run_record import read_run_config, run_status
+from prompttune.results.run_record import read_run_config
 from prompttune.scoring import contract
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import prompt_tokens
@@ -182,7 +182,7 @@ def open_study(run: OpenedRun, resources: ExitStack, declared: bool, resume_dir:
         run.trials_before, run.earlier = set_aside_trials(resume_dir), interruption(resume_dir)
     if run.cache_view is None:
         cache = resources.enter_context(closing(ResultCache(
-            config.cache or (run.run_dir / "cache.sqlite" if run.run_dir else ":memory:"))))
+            config.cache or (run.run_dir / CACHE if run.run_dir else ":memory:"))))
         run.cache_view = _private_view(cache, metered=bool(config.cache or resume_dir))
 
 
@@ -245,7 +245,7 @@ def resume_study(run_dir: Path, *, task: Task | None = None, space: SearchSpace 
     run_dir = Path(run_dir)
     config = read_run_config(run_dir)
     if run_status(run_dir) == "finished":  # found before the model loads
-        raise UserError(f"{run_dir} finished already (verdict.json exists); nothing to resume")
+        raise UserError(f"{run_dir} finished already ({FACTS} exists); nothing to resume")
     RUN_DIR.set(run_dir)
     return run_study(config, task=task, space=space, objective=objective, backend=backend, console=console,
                      progress=progress, handle_signals=handle_signals, cache_view=cache_view, resume_dir=run_dir)

@@ -16,16 +16,12 @@ Every held-out verdict is a look at a test split. Two bookkeeping rules keep the
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from prompttune.comparing.fairness import fingerprint
-from prompttune.core.storage import read_json, write_atomic
-
-REGISTRY = "test_verdicts.jsonl"  # in the runs directory
-RUN_LOOKS = "test_looks.json"  # in the run directory: the α this run has spent on its test split
+from prompttune.core.run_files import log_verdict, read_looks, read_verdict_registry, write_looks
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,7 @@ def test_hash(test_ids: list[str]) -> str:
 
 def recorded_looks(run_dir: Path) -> list[Look]:
     """The verdicts this run has made on its test split, in order."""
-    return [Look(**look) for look in read_json(run_dir / RUN_LOOKS)] if (run_dir / RUN_LOOKS).is_file() else []
+    return [Look(**look) for look in read_looks(run_dir)]
 
 
 def spent_alpha(looks: list[Look]) -> float:
@@ -81,10 +77,8 @@ def next_look_alpha(looks: list[Look], alpha: float, interim: bool) -> float:
 def record_look(runs_dir: Path, run_dir: Path, look: Look) -> int:
     """Log the look in the run and in the runs directory; return how many decisions this test split
     has served there, this one included (`served_decisions`)."""
-    run_looks = read_json(run_dir / RUN_LOOKS) if (run_dir / RUN_LOOKS).is_file() else []
-    write_atomic(run_dir / RUN_LOOKS, json.dumps([*run_looks, asdict(look)], indent=2))
-    with open(runs_dir / REGISTRY, "a", encoding="utf-8") as log:
-        log.write(json.dumps(asdict(look)) + "\n")
+    write_looks(run_dir, [*read_looks(run_dir), asdict(look)])
+    log_verdict(runs_dir, asdict(look))
     return served_decisions(runs_dir, look)
 
 
@@ -93,9 +87,7 @@ def served_decisions(runs_dir: Path, look: Look) -> int:
     one per run, however many looks its resumes took, since a run's looks split its α and together add at most
     α to the family-wise error. A run is known by its directory's name, unique in `runs_dir` however a resume
     spelled the path (registries of older releases hold the same lines and count the same way)."""
-    entries = [json.loads(line) for line in (runs_dir / REGISTRY).read_text(encoding="utf-8").splitlines()
-               if line.strip()]
-    return len({Path(entry["run_dir"]).name for entry in entries
+    return len({Path(entry["run_dir"]).name for entry in read_verdict_registry(runs_dir)
                 if entry["test_hash"] == look.test_hash and entry["task"] == look.task})
 
 

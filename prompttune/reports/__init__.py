@@ -4,7 +4,8 @@ result types (`prompttune.results`) or from a run directory's files alone; nothi
 from pathlib import Path
 from typing import Mapping
 
-HTML_PAGE = "report.html"
+from prompttune.core.run_files import PAGE, REPORT
+
 PASSED_BACKEND = "backend object"  # the versions key of a Backend object passed to the API (engine.study)
 
 
@@ -30,4 +31,4 @@ def model_phrase(model: str, backend: str, dtype: str, versions: Mapping[str, st
 def reports_of(run_dir: Path) -> str:
     """Both reports a finished run leaves, as the terminal's last line names them: report.md, and the
     report.html people look at (a user told only of report.md never finds the page)."""
-    return f"{run_dir / 'report.md'} and {run_dir / HTML_PAGE}"
+    return f"{run_dir / REPORT} and {run_dir / PAGE}"

@@ -1,8 +1,8 @@
-"""report.md, summary.json and the terminal tables of a comparison."""
+"""report.md and summary.json of a comparison (their text and facts: the record step writes them), and its
+terminal tables."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from statistics import mean
 from typing import TYPE_CHECKING
@@ -259,7 +259,8 @@ def generation_lines(runs: list[ArmRun], arms: list[str]) -> list[str]:
             *_table(["arm", "seeds", "valid answers", "accuracy by generation", "verdict's accuracy"], rows), ""]
 
 
-def write_report(comparison: "CompareResult") -> None:
+def report_text(comparison: "CompareResult") -> str:
+    """report.md."""
     c, config = comparison, comparison.config
     task_sizes = f"train {config.train_size} / dev {config.dev_size} / test {config.test_size}"
     first = c.runs[0].confirmation
@@ -327,8 +328,7 @@ def write_report(comparison: "CompareResult") -> None:
               "checked every such request for test texts. A warning does not fail the comparison.", ""]
     lines += [f"- {MARK[check.status]} {check.claim} ({check.detail})" for check in c.checks]
     lines += ["", *versions_lines(c.versions), *_dspy_section(c)]
-    (c.run_dir / "report.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (c.run_dir / "summary.json").write_text(json.dumps(_summary_json(c), indent=2))
+    return "\n".join(lines) + "\n"
 
 
 def _scores_json(scores: Scores) -> dict:
@@ -336,7 +336,8 @@ def _scores_json(scores: Scores) -> dict:
             "gain_ci": scores.gain_ci}
 
 
-def _summary_json(c: "CompareResult") -> dict:
+def summary_facts(c: "CompareResult") -> dict:
+    """summary.json: every arm's scores and runs, the claims between arms and the fairness checks."""
     return {
         "mode": c.mode, "headline": MODES[c.mode],
         "caps": [asdict(cap) for cap in c.caps],  # the matched cap first

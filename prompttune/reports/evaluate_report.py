@@ -1,13 +1,12 @@
-"""Run directory of `evaluate`: report.md, report.html, prompts.jsonl, records.jsonl, summary.json,
-accuracy.png."""
+"""What an `evaluate` run directory holds, as text, rows and facts for the record step to write (report.md,
+prompts.jsonl, records.jsonl, posix.jsonl, summary.json), the accuracy plot, and the terminal summary."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -168,7 +167,8 @@ def _sensitivity_section(result: "EvaluationResult") -> list[str]:
     return lines + [""] if len(lines) > 2 else []
 
 
-def write_report(result: "EvaluationResult") -> None:
+def report_text(result: "EvaluationResult") -> str:
+    """report.md."""
     config, ledger = result.config, result.ledger
     source = (f"prompts file `{config.prompts}`" if config.prompts else
               f"{len(result.prompts)} candidates sampled from space "
@@ -198,30 +198,33 @@ def write_report(result: "EvaluationResult") -> None:
     for i, prompt in enumerate(result.prompts, start=1):
         lines += [f"{i}. **{prompt.name}**", "", "   ```text",
                   *(f"   {line}" for line in prompt.source.splitlines() or [""]), "   ```", ""]
-    (result.run_dir / "report.md").write_text("\n".join(lines), encoding="utf-8")
+    return "\n".join(lines)
 
 
-def _jsonl(path: Path, rows: Iterable[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+def prompt_rows(result: "EvaluationResult") -> Iterator[dict]:
+    """prompts.jsonl: each prompt with its results under every scoring."""
+    return ({"index": i, "name": p.name, "source": p.source, "spec": asdict(p.spec),
+             "results": {s.scoring: asdict(s.scores[i]) for s in result.settings}}
+            for i, p in enumerate(result.prompts))
 
 
-def write_outputs(result: "EvaluationResult") -> None:
-    """Everything a reader or a later script needs, next to config.json and the cache."""
-    run = result.run_dir
-    _jsonl(run / "prompts.jsonl", (
-        {"index": i, "name": p.name, "source": p.source, "spec": asdict(p.spec),
-         "results": {s.scoring: asdict(s.scores[i]) for s in result.settings}}
-        for i, p in enumerate(result.prompts)))
-    _jsonl(run / "records.jsonl", (
-        {"scoring": s.scoring, "prompt": result.prompts[i].name, **asdict(r)}
-        for s in result.settings for i, rows in enumerate(s.records) for r in rows))
-    if result.posix is not None:
-        p = result.posix
-        _jsonl(run / "posix.jsonl", ({"example_id": e, "posix": v, "responses": list(r)}
-                                     for e, v, r in zip(p.example_ids, p.per_example, p.responses)))
-    summary = {
+def record_rows(result: "EvaluationResult") -> Iterator[dict]:
+    """records.jsonl: every scored example, per scoring and prompt."""
+    return ({"scoring": s.scoring, "prompt": result.prompts[i].name, **asdict(r)}
+            for s in result.settings for i, rows in enumerate(s.records) for r in rows)
+
+
+def posix_rows(result: "EvaluationResult") -> Iterator[dict] | None:
+    """posix.jsonl: POSIX per example with the responses it re-scored (None where POSIX was not measured)."""
+    if (p := result.posix) is None:
+        return None
+    return ({"example_id": e, "posix": v, "responses": list(r)}
+            for e, v, r in zip(p.example_ids, p.per_example, p.responses))
+
+
+def summary_facts(result: "EvaluationResult") -> dict:
+    """summary.json: each scoring's summary, the comparison, ensembles, POSIX, per-class figures and the ledger."""
+    return {
         "settings": {s.scoring: asdict(s.summary) for s in result.settings},
         "comparison": None if result.comparison is None else asdict(result.comparison),
         "ensembles": None if result.ensembles is None else [asdict(e) for e in result.ensembles],
@@ -231,9 +234,6 @@ def write_outputs(result: "EvaluationResult") -> None:
         "wall_seconds": result.wall_seconds,
         "versions": result.versions,
     }
-    (run / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-    plot_accuracies(result, run / "accuracy.png")
-    write_report(result)
 
 
 def print_summary(result: "EvaluationResult", console: Console) -> None:

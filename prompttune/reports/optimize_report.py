@@ -1,4 +1,4 @@
-"""report.md for a run, and the summary table printed at the end."""
+"""report.md for a run (its text: the record step writes it), and the summary table printed at the end."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prompttune.backends.capabilities import Capabilities
-from prompttune.core.storage import write_atomic
+from prompttune.core.run_files import TOKENS_PLOT, prompt_text
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
 from prompttune.reports.serving_sections import (
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from prompttune.tasks.base import Task
 
 
-TOKENS_PNG = "prompt_tokens.png"
 TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos, field names, cue and chat template) "
                   "in the backend's tokens (its tokenizer's count, an upper bound where it has none); each request adds "
                   "its input's own")
@@ -195,7 +194,7 @@ def rejected_line(rejected: dict[str, int]) -> str:
 def _tokens_section(result: "RunResult", space: "SearchSpace") -> list[str]:
     tokens, ceiling = result.prompt_tokens, result.config.max_prompt_tokens
     base, shipped = tokens["baseline"], tokens["shipped"]
-    plotted = (result.run_dir / TOKENS_PNG).is_file()
+    plotted = (result.run_dir / TOKENS_PLOT).is_file()
     return ["## Prompt tokens", "",
             f"Prompt tokens per request: baseline {base}, shipped {shipped} ({shipped - base:+d})"
             + (f", dev winner {tokens['dev winner']}" if result.verdict.dev_winner.id != result.verdict.shipped.id
@@ -205,7 +204,7 @@ def _tokens_section(result: "RunResult", space: "SearchSpace") -> list[str]:
             *(["Frozen texts, kept verbatim by every candidate scored: "
                + "; ".join(f"`{' '.join(text.split())}`" for text in space.frozen) + ".", ""] if space.frozen else []),
             rejected_line(result.outcome.rejected), "",
-            *([f"![dev {result.config.objective} against prompt tokens per request]({TOKENS_PNG})", ""]
+            *([f"![dev {result.config.objective} against prompt tokens per request]({TOKENS_PLOT})", ""]
               if plotted else []),
             ]
 
@@ -227,8 +226,9 @@ def _dev_paragraph(result: "RunResult", dev_alpha: float) -> str:
             f"σ·√(2 ln F) = {bias:.3f} at n = {o.leader_dev_n}: {_noise_phrase(gain, bias)}." + challenges)
 
 
-def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: "SearchSpace",
-                 baseline: "Candidate") -> None:
+def report_text(result: "RunResult", config: "RunConfig", task: "Task", space: "SearchSpace",
+                baseline: "Candidate") -> str:
+    """report.md, quoting the prompt files the record step wrote before it."""
     v, o = result.verdict, result.outcome
     base = v.baseline_only
     n_dev = len(task.splits["dev"])
@@ -302,7 +302,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
         "",
         *[line for note in space.notes for line in (note, "")],
         "```text",
-        (result.run_dir / "baseline_prompt.txt").read_text().rstrip("\n"),
+        prompt_text(result.run_dir, "baseline"),
         "```",
         "",
         "## Shipped prompt (`best_prompt.json`, `best_prompt.txt`)",
@@ -312,7 +312,7 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
            f"; change from baseline: {describe_change(space, baseline, shipped)}") + ".",
         "",
         "```text",
-        (result.run_dir / "best_prompt.txt").read_text().rstrip("\n"),
+        prompt_text(result.run_dir, "shipped"),
         "```",
         "",
         *([] if v.dev_winner.id == shipped.id else [
@@ -321,12 +321,12 @@ def write_report(result: "RunResult", config: "RunConfig", task: "Task", space: 
             f"Candidate `{v.dev_winner.id}`; change from baseline: {describe_change(space, baseline, v.dev_winner)}.",
             "",
             "```text",
-            (result.run_dir / "dev_winner.txt").read_text().rstrip("\n"),
+            prompt_text(result.run_dir, "dev_winner"),
             "```",
             "",
         ]),
     ]
-    write_atomic(result.run_dir / "report.md", "\n".join(lines))
+    return "\n".join(lines)
 
 
 def print_summary(result: "RunResult", console: Console) -> None:

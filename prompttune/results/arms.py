@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, TypeAdapter
 
+from prompttune.core.run_files import ARM
 from prompttune.core.storage import write_atomic
 from prompttune.scoring.confirmation import Confirmation
 from prompttune.scoring.ledger import BudgetLedger
@@ -58,18 +59,15 @@ class ArmRun:
     generation_check: GenerationCheck | None = None  # compare --check-generation N: its prompts served by generation
 
 
-ARM_FILE = "arm.json"
-
-
 _ARM_RUN = TypeAdapter(ArmRun)
 
 
 def save_arm_run(run: ArmRun) -> None:
     """arm.json beside the arm's own files, written last: the arm finished, and `compare --resume`
     reads it back instead of running the arm again."""
-    write_atomic(run.run_dir / ARM_FILE, _ARM_RUN.dump_json(run, indent=2).decode())
+    write_atomic(run.run_dir / ARM, _ARM_RUN.dump_json(run, indent=2).decode())
 
 
 def load_arm_run(run_dir: Path) -> ArmRun:
     """A finished arm read back from its directory (wherever the comparison now lies)."""
-    return replace(_ARM_RUN.validate_json((run_dir / ARM_FILE).read_text(encoding="utf-8")), run_dir=run_dir)
+    return replace(_ARM_RUN.validate_json((run_dir / ARM).read_text(encoding="utf-8")), run_dir=run_dir)

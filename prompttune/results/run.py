@@ -17,6 +17,7 @@ from prompttune.backends.base import Backend
 from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
+from prompttune.core.run_files import EXPORT_JSON, EXPORT_TEXT
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Prompt
 from prompttune.optimizers.driver import SearchOutcome
@@ -239,9 +240,9 @@ class RunResult:
         out = Path(path)
         out.mkdir(parents=True, exist_ok=True)
         shipped = self.shipped
-        (out / "prompt.txt").write_text(shipped.template() + "\n", encoding="utf-8")
+        (out / EXPORT_TEXT).write_text(shipped.template() + "\n", encoding="utf-8")
         facts: dict[str, Any] = as_json(shipped.spec, list(shipped.demos), self.config, self.run_dir)
         facts["verdict"] = self.verdict.summary()
         facts["serve"] = self.config.contract
-        (out / "prompt.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False), encoding="utf-8")
+        (out / EXPORT_JSON).write_text(json.dumps(facts, indent=2, ensure_ascii=False), encoding="utf-8")
         return out

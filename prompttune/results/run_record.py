@@ -1,38 +1,27 @@
-"""What report.html needs beyond trials.jsonl and the prompt files, persisted by the runner so
-that `prompttune report RUN_DIR` rebuilds the page from the directory alone."""
+"""What report.html needs beyond trials.jsonl and the prompt files (verdict.json's facts and the test records),
+persisted by the record step so that `prompttune report RUN_DIR` rebuilds the page from the directory alone, and
+an optimize run's config read back."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.core.interrupt import INTERRUPTION
-from prompttune.core.storage import write_atomic
+from prompttune.core.run_files import CONFIG, config_text
 from prompttune.scoring.contract import scored_by
 
 if TYPE_CHECKING:
     from prompttune.results.run import RunResult
     from prompttune.tasks.base import Task
 
-FACTS = "verdict.json"
 OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",
                   "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts",
                   "rejected")
-
-
-def run_status(run_dir: Path) -> Literal["finished", "interrupted"] | None:
-    """The run's state: interrupted (a signal or an outage stopped a session; interruption.json says
-    why, and a resume finishes the run); finished (verdict.json written, no interruption pending);
-    or None (neither: running, or killed outright; a resume finishes it too)."""
-    if (run_dir / INTERRUPTION).is_file():
-        return "interrupted"
-    return "finished" if (run_dir / FACTS).is_file() else None
 
 
 def token_facts(result: "RunResult") -> dict:
@@ -42,11 +31,10 @@ def token_facts(result: "RunResult") -> dict:
             "scored": [asdict(point) for point in result.outcome.scored]}
 
 
-def write_run_facts(result: "RunResult", task: "Task") -> None:
-    """verdict.json (decision, test figures, dev summary, ledgers) and test_records.jsonl (each
-    test example with the prediction of the baseline and of every candidate tested on test)."""
+def run_facts(result: "RunResult", task: "Task") -> dict[str, Any]:
+    """verdict.json: the decision, test figures, dev summary, ledgers."""
     v, o = result.verdict, result.outcome
-    facts = {
+    return {
         "task": task.name, "labels": task.labels,
         "splits": {name: len(split) for name, split in task.splits.items()},
         "serve": result.config.contract,
@@ -71,26 +59,23 @@ def write_run_facts(result: "RunResult", task: "Task") -> None:
         "backend_use": result.backend_use,
         "servers": result.servers,
     }
+
+
+def test_record_rows(result: "RunResult", task: "Task") -> list[dict[str, Any]]:
+    """test_records.jsonl: each test example with the prediction of the baseline and of every candidate tested."""
+    v = result.verdict
     test = {ex.id: ex for ex in task.splits["test"]}
-    rows = [{"example_id": record.example_id, "text": "\n".join(test[record.example_id].fields.values()),
+    return [{"example_id": record.example_id, "text": "\n".join(test[record.example_id].fields.values()),
              "gold": record.gold, "pred": {cid: records[i].pred for cid, records in v.records.items()}}
             for i, record in enumerate(v.records[v.baseline.id])]
-    write_atomic(result.run_dir / "test_records.jsonl",
-                 "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    # Last: verdict.json is what marks the run finished, so every file it implies exists.
-    write_atomic(result.run_dir / FACTS, json.dumps(facts, indent=2, ensure_ascii=False))
 
 
 def read_run_config(run_dir: Path) -> RunConfig:
     """The config.json of an optimize run directory; anything missing or broken is one line naming it."""
-    if not run_dir.is_dir():
-        raise UserError(f"{run_dir} is not a run directory (not a folder)")
-    path = run_dir / "config.json"
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not a run directory: config.json missing")
+    text = config_text(run_dir)
     try:
-        return RunConfig.model_validate_json(path.read_text(encoding="utf-8"))
+        return RunConfig.model_validate_json(text)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(map(str, err["loc"])) or "top level"
-        raise UserError(f"{path}: {where}: {err['msg']} (not the config of an optimize run?)") from None
+        raise UserError(f"{run_dir / CONFIG}: {where}: {err['msg']} (not the config of an optimize run?)") from None

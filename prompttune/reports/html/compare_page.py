@@ -6,7 +6,7 @@ from pathlib import Path
 
 from prompttune.comparing.summary import CMH_LABEL
 from prompttune.core.config import RunConfig
-from prompttune.core.storage import read_json
+from prompttune.core.run_files import ANYTIME_PLOT, read_config, read_summary
 from prompttune.reports import ci_text, model_name
 from prompttune.reports.compare_report import (
     CLASS_FLAG_HEADER,
@@ -22,8 +22,7 @@ from prompttune.reports.compare_report import (
     seed_pair_cells,
     spend_cells,
 )
-from prompttune.reports.html.optimize_page import versions_section
-from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table
+from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table, versions_section
 from prompttune.scoring.contract import scored_by
 from prompttune.scoring.per_class import PerClass
 
@@ -81,8 +80,7 @@ def _seed_pair_rows(summary: dict) -> list[list[object]]:
 
 
 def compare_page(run_dir: Path) -> str:
-    config = read_json(run_dir / "config.json")
-    summary = read_json(run_dir / "summary.json")
+    config, summary = read_config(run_dir), read_summary(run_dir)
     run = config["run"]
     first = summary["arms"][0]["runs"][0]["confirmation"]
     space = summary["arms"][0]["coverage"]
@@ -124,7 +122,7 @@ def compare_page(run_dir: Path) -> str:
                      "seed; p (BH over the pairs of one keep rule). Which optimizer is better rests on the "
                      f"across-seed tests only; the CMH test is {CMH_LABEL}."),
                 table(SEED_PAIR_HEADER, _seed_pair_rows(summary), (3, 4, 6, 7, 8))),
-        section("Anytime curves", png_img((run_dir / "anytime.png").read_bytes(), "anytime curves per optimizer"),
+        section("Anytime curves", png_img((run_dir / ANYTIME_PLOT).read_bytes(), "anytime curves per optimizer"),
                 para("Best-so-far dev score against search calls: thick line the mean over seeds, band the range "
                      "over seeds, dots where each run last updated; dotted: the cap.", "note")),
         section("Fairness checks", Html(f"<ul>{checks}</ul>"),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prompttune.core.storage import read_json
+from prompttune.core.run_files import ACCURACY_PLOT, POSIX, PROMPTS, RECORDS, read_config, read_jsonl, read_summary
 from prompttune.reports import ci_text, model_name
 from prompttune.reports.evaluate_report import (
     CLASS_LOSS_HEADER,
@@ -19,8 +19,7 @@ from prompttune.reports.evaluate_report import (
     _quantiles,
     class_loss_rows,
 )
-from prompttune.reports.html.optimize_page import versions_section
-from prompttune.reports.html.page import Html, document, esc, para, png_img, read_jsonl, section, table
+from prompttune.reports.html.page import Html, document, esc, para, png_img, section, table, versions_section
 from prompttune.scoring.contract import scored_by
 from prompttune.scoring.per_class import PerClass
 from prompttune.statistics.multiprompt import top_two_gap
@@ -68,7 +67,7 @@ def _sensitivity(run_dir: Path, records: list[dict], summary: dict) -> list[str]
             parts.append(para(f"Top-two label log-probability gap ({scoring}), quantiles "
                               f"{_quantiles(gaps, GAP_QUANTILES)}: small gaps are answers a minor change could flip."))
     if summary["posix"] is not None:
-        per_example = [row["posix"] for row in read_jsonl(run_dir / "posix.jsonl")]
+        per_example = [row["posix"] for row in read_jsonl(run_dir / POSIX)]
         parts.append(para(f"POSIX ψ = {summary['posix']:.3f} over {len(per_example)} examples (mean per-token change "
                           f"of a response's log-likelihood when only the prompt changes; 0 = insensitive); "
                           f"per-example quantiles {_quantiles(per_example, POSIX_QUANTILES)}."))
@@ -76,12 +75,10 @@ def _sensitivity(run_dir: Path, records: list[dict], summary: dict) -> list[str]
 
 
 def evaluate_page(run_dir: Path) -> str:
-    config = read_json(run_dir / "config.json")
-    summary = read_json(run_dir / "summary.json")
-    prompts = read_jsonl(run_dir / "prompts.jsonl")
-    records = read_jsonl(run_dir / "records.jsonl")
+    config, summary = read_config(run_dir), read_summary(run_dir)
+    prompts, records = read_jsonl(run_dir / PROMPTS), read_jsonl(run_dir / RECORDS)
     n_examples = len({r["example_id"] for r in records})
-    parts = [section("Per-prompt accuracy", png_img((run_dir / "accuracy.png").read_bytes(),
+    parts = [section("Per-prompt accuracy", png_img((run_dir / ACCURACY_PLOT).read_bytes(),
                                                      "per-prompt accuracy with Wilson 95% CIs, sorted"))]
     for scoring in summary["settings"]:
         parts.append(section(f"Per prompt — {scoring}", para(f"Scoring: {SCORING_NOTES[scoring]}.", "note"),

@@ -13,7 +13,18 @@ from prompttune.comparing.plot import draw_anytime
 from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import interruption
-from prompttune.core.storage import read_json
+from prompttune.core.run_files import (
+    FACTS,
+    PROMPT_STEMS,
+    PromptRole,
+    prompt_text,
+    read_config,
+    read_facts,
+    read_prompt,
+    read_test_records,
+    read_trials,
+    run_status,
+)
 from prompttune.reports import ci_text, model_phrase
 from prompttune.reports.html.page import (
     Html,
@@ -23,9 +34,9 @@ from prompttune.reports.html.page import (
     figure_img,
     para,
     pre,
-    read_jsonl,
     section,
     table,
+    versions_section,
 )
 from prompttune.reports.html.tokens import marked_prompts, tokens_figure
 from prompttune.reports.importance import FANOVA_NOTE, fanova_importances, scored_candidates, varying_dimensions
@@ -50,7 +61,6 @@ from prompttune.reports.serving_sections import (
     generation_warnings,
     server_rows,
 )
-from prompttune.results.run_record import FACTS, run_status
 from prompttune.scoring import contract
 from prompttune.scoring.per_class import PerClass
 from prompttune.scoring.serving import FinalistRescoring, GenerationCheck
@@ -210,19 +220,18 @@ def _diff(before: str, after: str) -> Html:
     return Html("<pre>" + "".join(lines) + "</pre>")
 
 
-def _prompt_section(run_dir: Path, facts: dict, best_file: str) -> Html:
+def _prompt_section(run_dir: Path, facts: dict, best_role: PromptRole) -> Html:
     shipped_baseline = facts["verdict"]["shipped"] == facts["verdict"]["baseline"]
-    best = read_json(run_dir / f"{best_file}.json")
-    text = (run_dir / f"{best_file}.txt").read_text(encoding="utf-8").rstrip("\n")
-    baseline = (run_dir / "baseline_prompt.txt").read_text(encoding="utf-8").rstrip("\n")
+    best = read_prompt(run_dir, best_role)
+    text, baseline = prompt_text(run_dir, best_role), prompt_text(run_dir, "baseline")
     what = ("The baseline ships (nothing was confirmed); shown: the dev winner, which did not ship."
-            if shipped_baseline and best_file == "dev_winner" else
+            if shipped_baseline and best_role == "dev_winner" else
             "The baseline ships: no candidate beat it on dev." if shipped_baseline else
             "The confirmed prompt ships.")
-    return section(f"The prompt ({best_file}.txt): exactly as the model saw it on one test example",
+    return section(f"The prompt ({PROMPT_STEMS[best_role]}.txt): exactly as the model saw it on one test example",
                    para(what), pre(text),
                    para(f"Change from the baseline: {best['diff_from_baseline']}"),
-                   Html("<h3>Diff from the baseline (baseline_prompt.txt)</h3>"), _diff(baseline, text))
+                   Html(f"<h3>Diff from the baseline ({PROMPT_STEMS['baseline']}.txt)</h3>"), _diff(baseline, text))
 
 
 def _budget_section(facts: dict, config: dict) -> Html:
@@ -347,13 +356,6 @@ def _class_changes_section(facts: dict) -> list[Html]:
                     para(per_class_note(figures.margin).replace("`", ""), "note"))]
 
 
-def versions_section(facts: dict) -> list[Html]:
-    """What produced the run, from its verdict.json or summary.json (absent in runs written before it was
-    recorded)."""
-    versions = facts.get("versions")
-    return [section("Versions", table(["component", "version"], list(versions.items())))] if versions else []
-
-
 def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
     """A run stopped before its end: its verdict is of the best candidate so far, and it can be finished."""
     if run_status(run_dir) != "interrupted":
@@ -366,16 +368,15 @@ def _interrupted_note(run_dir: Path, facts: dict) -> list[Html]:
 
 
 def optimize_page(run_dir: Path) -> str:
-    config = read_json(run_dir / "config.json")
+    config = read_config(run_dir)
     serve = RunConfig.model_validate(config).contract  # an older config.json says `scoring`, not `serve`
     if not (run_dir / FACTS).is_file():
         raise UserError(f"{run_dir} is an unfinished run (no verdict yet): `optimize --resume {run_dir}` finishes it")
-    facts = read_json(run_dir / FACTS)
-    trials = read_jsonl(run_dir / "trials.jsonl")
-    records = read_jsonl(run_dir / "test_records.jsonl")
+    facts, trials, records = read_facts(run_dir), read_trials(run_dir), read_test_records(run_dir)
     v, labels = facts["verdict"], facts["labels"]
     best_id = v["shipped"] if v["shipped"] != v["baseline"] else v["dev_winner"]
-    best_name, best_file = (("shipped", "best_prompt") if best_id == v["shipped"] else ("dev winner", "dev_winner"))
+    best_role: PromptRole = "shipped" if best_id == v["shipped"] else "dev_winner"
+    best_name = "shipped" if best_role == "shipped" else "dev winner"
     parts = [*_interrupted_note(run_dir, facts), _verdict_section(facts, serve),
              *_generation_section(facts), *_finalists_section(facts), _anytime_section(trials, facts, config["budget"]),
              _dimension_section(trials, v["baseline"]), *_class_changes_section(facts)]
@@ -384,7 +385,7 @@ def optimize_page(run_dir: Path) -> str:
                   _discordant_section(records, labels, v["baseline"], best_id, best_name)]
     else:
         parts.append(_test_section(records, labels, {"baseline": v["baseline"]}))
-    parts += [_prompt_section(run_dir, facts, best_file), *_tokens_section(facts, config), _budget_section(facts, config),
+    parts += [_prompt_section(run_dir, facts, best_role), *_tokens_section(facts, config), _budget_section(facts, config),
               *versions_section(facts),
               para(f"Generated from {run_dir.name}/ (config.json, trials.jsonl, verdict.json, test_records.jsonl, "
                    "the prompt files); the same numbers in words: report.md.", "note")]

@@ -7,14 +7,10 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
-from pathlib import Path
 from typing import Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-
-from prompttune.core.errors import UserError
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1180px;margin:24px auto;
@@ -90,6 +86,13 @@ def section(title: str, *parts: str) -> Html:
     return Html(f"<section><h2>{esc(title)}</h2>\n" + "\n".join(parts) + "</section>")
 
 
+def versions_section(facts: dict) -> list[Html]:
+    """What produced the run, from its verdict.json or summary.json (absent in runs written before it was
+    recorded)."""
+    versions = facts.get("versions")
+    return [section("Versions", table(["component", "version"], list(versions.items())))] if versions else []
+
+
 def para(text: object, css: str = "") -> Html:
     return Html(f'<p{f" class={css}" if css else ""}>{cell(text)}</p>')
 
@@ -102,12 +105,3 @@ def document(title: str, subtitle: str, parts: Sequence[str]) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
             f"<style>{CSS}</style>{STATUS_SCRIPT}</head>\n<body><h1>{esc(title)}</h1>"
             f'<p class="meta">{cell(subtitle)}</p>\n' + "\n".join(parts) + "\n</body></html>\n")
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.is_file():
-        raise UserError(f"{path.parent} lacks {path.name}: not a complete run directory")
-    try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON lines ({exc.msg})") from None

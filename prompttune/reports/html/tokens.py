@@ -10,7 +10,6 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from prompttune.reports.html.page import figure
-from prompttune.reports.optimize_report import TOKENS_PNG
 
 MARKS = {"baseline": ("*", "#d62728"), "dev winner": ("s", "#ff9800"), "shipped": ("D", "#2e7d32")}
 
@@ -48,11 +47,11 @@ def tokens_figure(tokens: dict, marked: dict[str, str], objective: str) -> Figur
     return fig
 
 
-def write_tokens_png(run_dir: Path, tokens: dict, marked: dict[str, str], objective: str) -> bool:
-    """prompt_tokens.png in the run directory; False when there is nothing to plot."""
+def write_tokens_png(path: Path, tokens: dict, marked: dict[str, str], objective: str) -> bool:
+    """The plot as a PNG at `path` (the run directory's prompt_tokens.png); False when there is nothing to plot."""
     fig = tokens_figure(tokens, marked, objective)
     if fig is None:
         return False
     fig.tight_layout()
-    fig.savefig(run_dir / TOKENS_PNG, format="png", dpi=110)
+    fig.savefig(path, format="png", dpi=110)
     return True
