@@ -13,7 +13,7 @@ from prompttune.comparing.fairness import ModelWatch
 from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import lookup
+from prompttune.optimizers.registry import lookup
 from prompttune.results.compare import Coverage
 from prompttune.scoring.cache import ResultCache
 from prompttune.search_spaces import SearchSpace

@@ -2,8 +2,8 @@
 
 Nothing here imports dspy at package import time: `require_dspy` turns a missing install into
 one line for the user, and the submodules that need dspy are imported only after it. Importing
-this package registers the DSPy arms in the strategy registry, so modules above it read the
-registry from here.
+this package registers the DSPy arms in the strategy registry, which imports it on its first lookup
+(`prompttune.optimizers.registry.PLUGINS`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.registry import (
     DEMOS,
     INSTRUCTION,
-    STRATEGIES,
     Reach,
     Setting,
     Strategy,
     StrategyEntry,
-    lookup,
     register,
 )
 from prompttune.scoring.confirmation import Verdict
@@ -122,4 +120,4 @@ def dspy_entry(name: str) -> StrategyEntry:
 for _arm in DSPY_ARMS:
     register(dspy_entry(_arm))
 
-__all__ = ["DSPY_ARMS", "DSPY_VERSION", "STRATEGIES", "StrategyEntry", "lookup", "register", "require_dspy"]
+__all__ = ["DSPY_ARMS", "DSPY_VERSION", "require_dspy"]

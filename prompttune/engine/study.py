@@ -27,7 +27,6 @@ from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import StopRequest, interruption, resumable_outage, stop_on_signals
 from prompttune.core.storage import set_aside_trials
 from prompttune.core.types import Example
-from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.record_step import record_run
 from prompttune.engine.run_dir import open_run, run_label
 from prompttune.engine.run_steps import CacheView, Judged, OpenedRun, Searched, judge, search
@@ -44,7 +43,7 @@ from prompttune.engine.setup import (
 )
 from prompttune.engine.verdicts import next_look_alpha, recorded_looks
 from prompttune.optimizers.contract import SearchContext
-from prompttune.optimizers.registry import Setting, Strategy
+from prompttune.optimizers.registry import Setting, Strategy, lookup, strategies
 from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.run import Resumption, RunResult
@@ -98,7 +97,7 @@ def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] 
               {"model": config.model, "dtype": config.dtype, "backend": config.backend})
     versions = {"prompttune": __version__, **served, "backend description": backend.describe()}
     for name in (config.optimizer, *optimizers):
-        versions.update(STRATEGIES[name].versions() if name in STRATEGIES else {})
+        versions.update(strategies()[name].versions() if name in strategies() else {})
     return versions
 
 
