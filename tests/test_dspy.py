@@ -14,7 +14,7 @@ dspy = pytest.importorskip("dspy")
 
 from dspy.utils.exceptions import AdapterParseError  # noqa: E402
 
-from prompttune.backends.base import Backend  # noqa: E402
+from prompttune.backends.backend import Backend  # noqa: E402
 from prompttune.cli import main  # noqa: E402
 from prompttune.core.errors import UserError  # noqa: E402
 from prompttune.core.types import Record  # noqa: E402

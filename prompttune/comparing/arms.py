@@ -17,7 +17,7 @@ from prompttune.optimizers.registry import lookup
 from prompttune.results.compare import Coverage
 from prompttune.scoring.cache import ResultCache
 from prompttune.search_spaces import SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunConfig, task: Task) -> None:

@@ -16,7 +16,6 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, SearchContext
-from prompttune.optimizers.contract import describe_options
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.registry import (
     DEMOS,
@@ -27,6 +26,7 @@ from prompttune.optimizers.registry import (
     StrategyEntry,
     register,
 )
+from prompttune.optimizers.strategy_contract import describe_options
 from prompttune.scoring.confirmation import Verdict
 
 if TYPE_CHECKING:

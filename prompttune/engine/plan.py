@@ -31,7 +31,7 @@ from prompttune.scoring import contract
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 PROBE_EXAMPLES = 8
 

@@ -18,7 +18,7 @@ from prompttune.reports.optimize_report import describe_change, print_summary, w
 from prompttune.results.run import RunResult
 from prompttune.results.run_record import token_facts, write_run_facts
 from prompttune.search_spaces import Candidate, SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def write_prompt(run_dir: Path, name: str, candidate: Candidate, space: SearchSpace, baseline: Candidate,

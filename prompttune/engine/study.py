@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 
 from prompttune import __version__
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
@@ -42,8 +42,8 @@ from prompttune.engine.setup import (
     search_context,
 )
 from prompttune.engine.verdicts import next_look_alpha, recorded_looks
-from prompttune.optimizers.contract import SearchContext
 from prompttune.optimizers.registry import Setting, Strategy, lookup, strategies
+from prompttune.optimizers.strategy_contract import SearchContext
 from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.run import Resumption, RunResult
@@ -57,7 +57,7 @@ from prompttune.scoring.per_class import per_class
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.statistics import Objective, get_objective
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def tokens_of(backend: Backend, candidate: Candidate, train: dict[str, Example]) -> int:

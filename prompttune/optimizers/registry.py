@@ -15,13 +15,13 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
-from prompttune.optimizers.contract import describe_options, validate_options
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
+from prompttune.optimizers.strategy_contract import describe_options, validate_options
 from prompttune.scoring.confirmation import Verdict
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces import Candidate
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 INSTRUCTION, DEMOS, CALIBRATION = "instruction", "demos", "calibration"  # what a strategy may write
 LISTED, WRITTEN, BOOTSTRAPPED, CALIBRATED = ("listed values", "written by a model", "bootstrapped demos",

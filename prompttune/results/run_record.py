@@ -18,7 +18,7 @@ from prompttune.scoring.contract import scored_by
 
 if TYPE_CHECKING:
     from prompttune.results.run import RunResult
-    from prompttune.tasks.base import Task
+    from prompttune.tasks.task import Task
 
 FACTS = "verdict.json"
 OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",

@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Callable, Iterable, Sequence
 
-from prompttune.backends.base import Backend, Request
+from prompttune.backends.backend import Backend, Request
 from prompttune.core.config import RunConfig
 from prompttune.core.types import (
     ChoiceRequest,
@@ -39,7 +39,7 @@ from prompttune.scoring.confirmation import Verdict
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
-from prompttune.tasks.base import SplitSizes, Task, make_splits
+from prompttune.tasks.task import SplitSizes, Task, make_splits
 
 _KEY = 16
 _GENERATED_TOKENS = 8  # what every generation reports, whatever it says, unless max_new_tokens is less
