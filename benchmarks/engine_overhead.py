@@ -46,7 +46,7 @@ from typing import Literal, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import prompttune  # noqa: E402
-from prompttune.backends.base import Request, WrappedBackend  # noqa: E402
+from prompttune.backends.backend import Request, WrappedBackend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult  # noqa: E402
 from prompttune.engine.setup import load_run_task  # noqa: E402

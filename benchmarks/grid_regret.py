@@ -35,7 +35,7 @@ from typing import Any
 
 from rich.console import Console
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.setup import load_run_task, load_space

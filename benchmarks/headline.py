@@ -48,9 +48,9 @@ from prompttune.reports.compare_report import generation_lines
 from prompttune.results.arms import ArmRun, load_arm_run
 from prompttune.statistics.seeds import Claim, judge_claims, p_text
 from prompttune.statistics.stats import t_interval
-from prompttune.tasks.base import SplitSizes
 from prompttune.tasks.builtin import BUILTIN, builtin_draws
 from prompttune.tasks.pools import example_text
+from prompttune.tasks.task import SplitSizes
 
 REPO = Path(__file__).resolve().parents[1]
 SEEDS = 5

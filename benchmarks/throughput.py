@@ -35,7 +35,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_backend import TransformersBackend
 from prompttune.backends.transformers_setup import EMBEDDED_MODEL, resolve_dtype
@@ -44,7 +44,7 @@ from prompttune.core.types import GenerateRequest, ScoreRequest
 from prompttune.scoring.evaluator import shared_prefix
 from prompttune.search_spaces import default_space, render
 from prompttune.tasks import SplitSizes, load_task
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

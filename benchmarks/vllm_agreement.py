@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import add_backend_arguments, backend_options, build_backend
 from prompttune.core.config import BackendConfig
 from prompttune.core.types import ChoiceRequest, GenerateRequest, ScoreRequest

@@ -15,10 +15,10 @@ __version__ = importlib.metadata.version("prompttune")  # one source: pyproject.
 _API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
         "resume": "prompttune.api", "load_run": "prompttune.api", "FinishedRun": "prompttune.results.finished_run",
         "FinishedCompare": "prompttune.results.finished_run", "FinishedEvaluation": "prompttune.results.finished_run",
-        "Task": "prompttune.tasks.base", "SearchSpace": "prompttune.search_spaces.space",
+        "Task": "prompttune.tasks.task", "SearchSpace": "prompttune.search_spaces.space",
         "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",
         "RunResult": "prompttune.results.run", "EvaluationResult": "prompttune.results.evaluate",
-        "CompareResult": "prompttune.results.compare", "Backend": "prompttune.backends.base"}
+        "CompareResult": "prompttune.results.compare", "Backend": "prompttune.backends.backend"}
 
 __all__ = sorted(_API)
 

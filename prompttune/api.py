@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.evaluate import load_evaluation_task, run_evaluation
@@ -27,7 +27,7 @@ from prompttune.results.run import RunResult
 from prompttune.scoring.prompt_sources import parse_prompts, sample_space
 from prompttune.search_spaces import SearchSpace
 from prompttune.statistics import Objective
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 IN_MEMORY = "(in memory)"
 

@@ -12,7 +12,7 @@ import pytest
 from prompttune.testing.fake_openai import FakeServer
 
 if TYPE_CHECKING:
-    from prompttune.backends.base import Backend
+    from prompttune.backends.backend import Backend
     from prompttune.backends.transformers_backend import TransformersBackend
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from prompttune.optimizers import OPTIMIZERS
-from prompttune.tasks.base import SplitSizes
+from prompttune.tasks.task import SplitSizes
 from prompttune.testing import error_rate_proposer, run_oracle, synthetic_task
 
 SIZES = SplitSizes(200, 200, 60)

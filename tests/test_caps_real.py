@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.storage import JsonlStorage
 from prompttune.core.types import GenerateRequest, Prompt, ScoreRequest

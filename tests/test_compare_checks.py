@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.cli import main
 from prompttune.comparing.coverage import coverage_check
 from prompttune.comparing.fairness import ModelWatch, Spend, caps_of, fairness_checks

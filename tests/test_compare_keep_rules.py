@@ -15,9 +15,10 @@ from scipy import stats
 from prompttune.commands.compare import add_parser as add_compare_commands
 from prompttune.comparing.coverage import INSTRUCTION, aspect_of, coverage_check, plan_coverage, touched_fields
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import DSPY_ARMS, STRATEGIES
+from prompttune.dspy_bridge import DSPY_ARMS
 from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.optimizers import OPTIMIZERS
+from prompttune.optimizers.registry import strategies
 from prompttune.results.compare import CompareResult
 from prompttune.search_spaces import build_space, default_space
 from prompttune.search_spaces.space import SPEC_FIELDS
@@ -133,10 +134,10 @@ def test_a_dspy_arm_holds_format_and_label_words_and_stays_zero_shot_on_the_defa
 
 
 def test_every_arm_declares_its_reach_and_its_hold_options_are_valid() -> None:
-    assert set(STRATEGIES) == {*OPTIMIZERS, *DSPY_ARMS}
+    assert set(strategies()) == {*OPTIMIZERS, *DSPY_ARMS}
     for name in OPTIMIZERS:
-        for options in STRATEGIES[name].reach.holds.values():
-            STRATEGIES[name].check(dict(options), 300, 60, 60)
+        for options in strategies()[name].reach.holds.values():
+            strategies()[name].check(dict(options), 300, 60, 60)
 
 
 def test_same_space_refuses_an_arm_it_cannot_hold_to_the_space(tmp_path: Path) -> None:

@@ -14,11 +14,11 @@ dspy = pytest.importorskip("dspy")
 
 from dspy.utils.exceptions import AdapterParseError  # noqa: E402
 
-from prompttune.backends.base import Backend  # noqa: E402
+from prompttune.backends.backend import Backend  # noqa: E402
 from prompttune.cli import main  # noqa: E402
 from prompttune.core.errors import UserError  # noqa: E402
 from prompttune.core.types import Record  # noqa: E402
-from prompttune.dspy_bridge import DSPY_ARMS, STRATEGIES  # noqa: E402
+from prompttune.dspy_bridge import DSPY_ARMS  # noqa: E402
 from prompttune.dspy_bridge.adapter import PromptSpecAdapter  # noqa: E402
 from prompttune.dspy_bridge.arm import Sizes, exact_label  # noqa: E402
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine  # noqa: E402
@@ -28,6 +28,7 @@ from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.engine.comparison import CompareRequest, check_compare, run_compare  # noqa: E402
 from prompttune.engine.export import export  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
+from prompttune.optimizers.registry import lookup  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
 from prompttune.scoring.evaluator import Evaluator  # noqa: E402
 from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
@@ -150,7 +151,7 @@ def test_gepa_feedback_names_gold_prediction_invalid_output_and_label_scores() -
 def test_dspy_settings_follow_dspy_and_the_cap() -> None:
     assert set(DSPY_ARMS) == set(DSPY_OPTIMIZERS)
     for arm in DSPY_ARMS:  # the options same-space mode holds an arm with are options it takes
-        for options in STRATEGIES[arm].reach.holds.values():
+        for options in lookup(arm).reach.holds.values():
             DSPY_OPTIMIZERS[arm](100_000, Sizes(1000, 300), dict(options))
     # MIPROv2: auto=None with as many candidates as the cap pays for at MIPROv2's recommended trials (16),
     # then trials until its estimate reaches 1.1x the cap (it spends less than the estimate; the cap stops it).

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.cli import main
 from prompttune.core.config import BackendConfig
 from prompttune.engine import evaluate as prompt_set

@@ -10,7 +10,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.scoring.prompt_sources import load_prompts_file, template_spec
 from prompttune.search_spaces.prompt import render
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 TASK = Task("news", ["World", "Sports"], [["World", "world"], ["Sports", "sport"]], ["text"], {})
 PAIR_TASK = Task("nli", ["no", "yes"], [["No"], ["Yes"]], ["premise", "hypothesis"], {})

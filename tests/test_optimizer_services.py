@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from prompttune.core.types import Example
-from prompttune.optimizers.contract import SearchContext, spec_candidate
 from prompttune.optimizers.services import calls_to_score, free_calls, most_affordable, stage_reserve
+from prompttune.optimizers.strategy_contract import SearchContext, spec_candidate
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.demo_pool import demo_ids_like_dev
 from prompttune.search_spaces.space import Candidate

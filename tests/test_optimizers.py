@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from prompttune.optimizers import OPTIMIZERS
-from prompttune.tasks.base import SplitSizes
+from prompttune.tasks.task import SplitSizes
 from prompttune.testing import critique, oracle_accuracy, run_oracle
 
 BEST_ACCURACY = 0.9

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.engine.study import run_study
 from tests.support import CountingBackend, model_calls

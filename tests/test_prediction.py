@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, Prompt, ScoreRequest, ScoreResult
 from prompttune.scoring.cache import ResultCache

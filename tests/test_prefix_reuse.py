@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.transformers_backend import TransformersBackend
 from prompttune.core.types import GenerateRequest, ScoreRequest, ScoreResult
 from prompttune.scoring.cache import ResultCache
@@ -22,7 +22,7 @@ from prompttune.scoring.records import Mode, Query
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.tasks import SplitSizes, load_task
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,9 @@ from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example, Record, ScoreRequest, ScoreResult
 from prompttune.engine.comparison import CompareRequest, resume_compare, run_compare
-from prompttune.optimizers.contract import SearchContext, spec_candidate
 from prompttune.optimizers.reflect.race import gold_probability, margin, race_score
 from prompttune.optimizers.reflect.strategy import WRITTEN, ReflectiveRace
+from prompttune.optimizers.strategy_contract import SearchContext, spec_candidate
 from prompttune.reports.importance import MIN_FANOVA_CANDIDATES
 from prompttune.scoring.prediction import debiased, label_bias
 from prompttune.search_spaces import default_space

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import SearchContext, TrialRequest
 from prompttune.optimizers.reflect.calibration import batch_twin, calibration_said, contextual_twin
 from prompttune.optimizers.reflect.final import FinalRace
 from prompttune.optimizers.reflect.genome import Genome
@@ -20,6 +19,7 @@ from prompttune.optimizers.reflect.moves import Moves
 from prompttune.optimizers.reflect.options import ReflectOptions
 from prompttune.optimizers.reflect.pool import Pool
 from prompttune.optimizers.reflect.race import Race
+from prompttune.optimizers.strategy_contract import SearchContext, TrialRequest
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.prediction import label_bias
 from prompttune.search_spaces.space import Candidate

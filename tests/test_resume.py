@@ -17,7 +17,7 @@ from typing import Callable
 
 import pytest
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.interrupt import RunInterrupted, StopRequest, interruption

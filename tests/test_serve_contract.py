@@ -19,8 +19,8 @@ from prompttune.engine import comparison, evaluate, study
 from prompttune.engine.evaluate import run_evaluation
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import checked_search, run_study
-from prompttune.optimizers.contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
+from prompttune.optimizers.strategy_contract import IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.reports.html_report import html_page
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.scoring.contract import (

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest
 from prompttune.engine.setup import load_run_task, load_space
 from prompttune.engine.study import run_study
-from prompttune.optimizers.contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.cople import content_words
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
+from prompttune.optimizers.strategy_contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.search_spaces.frozen import keep_frozen, missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace

@@ -13,7 +13,7 @@ from prompttune.core.types import Example
 from prompttune.search_spaces import Dimension, PromptSpec, Rule, SearchSpace, build_space, render
 from prompttune.search_spaces.demos import choose_demos
 from prompttune.search_spaces.prompt import select_demos
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def fake_task(name: str = "colours", labels: tuple[str, ...] = ("red", "green", "blue"),

@@ -3,6 +3,8 @@ nowhere else, is checked, planned, run, recorded and reported by compare like th
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -11,12 +13,19 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import STRATEGIES, StrategyEntry, lookup
 from prompttune.engine import comparison, plan
 from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.optimizers import SearchContext
 from prompttune.optimizers.random_search import RandomSearch
-from prompttune.optimizers.registry import OptimizerStrategy, Reach, Setting, Strategy
+from prompttune.optimizers.registry import (
+    STRATEGIES,
+    OptimizerStrategy,
+    Reach,
+    Setting,
+    Strategy,
+    StrategyEntry,
+    lookup,
+)
 from prompttune.testing import colours_task_file
 from tests.support import oracle_config, oracle_for
 
@@ -42,6 +51,15 @@ def fake_dspy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_unknown_strategy_is_one_line_naming_every_registered_one() -> None:
     with pytest.raises(UserError, match="unknown optimizer 'nope'; choose from random, sh, .*dspy-mipro"):
         lookup("nope")
+
+
+def test_the_registry_finds_the_dspy_arms_without_the_caller_importing_the_bridge() -> None:
+    """In a fresh interpreter, so no earlier test has imported `prompttune.dspy_bridge` already."""
+    code = ("import sys; from prompttune.optimizers import registry; "
+            "assert 'prompttune.dspy_bridge' not in sys.modules; "
+            "print(registry.lookup('dspy-gepa').is_dspy, *list(registry.strategies())[-5:])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "dspy-mipro", "dspy-bfrs", "dspy-gepa", "dspy-copro", "dspy-simba"]
 
 
 def test_compare_runs_records_and_reports_a_registered_dspy_like_strategy(tmp_path: Path, fake_dspy: None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from prompttune.core.errors import UserError
-from prompttune.search_spaces.builtin import default_space
+from prompttune.search_spaces.default_spaces import default_space
 from prompttune.tasks import SplitSizes, builtin, load_task
 from prompttune.tasks.builtin import TREC_LABELS, _agnews_local, _clean_agnews, _clean_trec, _trec_file
 

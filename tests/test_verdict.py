@@ -16,8 +16,8 @@ from prompttune.engine import study
 from prompttune.engine.export import load_winner
 from prompttune.engine.study import run_study
 from prompttune.optimizers import OPTIMIZERS
-from prompttune.optimizers.contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
+from prompttune.optimizers.strategy_contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.testing import run_oracle

@@ -9,7 +9,7 @@ import importlib
 import io
 from typing import Any, Iterator
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import BackendConfig
 from prompttune.core.errors import UserError
 

@@ -34,7 +34,7 @@ import httpx
 
 from prompttune.backends import openai_chat as chat
 from prompttune.backends import openai_constraints as constraints
-from prompttune.backends.base import Backend, TokenizerBackend, tokenizer_counts
+from prompttune.backends.backend import Backend, TokenizerBackend, tokenizer_counts
 from prompttune.backends.capabilities import EXACT_CHOICE, Capabilities
 from prompttune.backends.openai_choice import choose_one
 from prompttune.backends.openai_completions import TOP_LOGPROBS, echoed_span, last_prompt_top, next_piece, score_top

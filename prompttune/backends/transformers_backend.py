@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
-from prompttune.backends.base import TokenizerBackend
+from prompttune.backends.backend import TokenizerBackend
 from prompttune.backends.constrained import ChoiceWalk, first_logprobs, first_token_bias, token_pieces
 from prompttune.backends.gguf_parts import gguf_tokenizer_and_config
 from prompttune.backends.transformers_cache import KV, append_cache, full_attention_only

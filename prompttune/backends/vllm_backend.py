@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from prompttune.backends.base import TokenizerBackend
+from prompttune.backends.backend import TokenizerBackend
 from prompttune.backends.capabilities import IN_PROCESS, Capabilities
 from prompttune.backends.constrained import choice_token_cap, first_logprobs, first_token_bias
 from prompttune.core.errors import UserError

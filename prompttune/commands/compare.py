@@ -20,9 +20,9 @@ from prompttune.commands.common import (
 from prompttune.comparing.coverage import MODES
 from prompttune.comparing.variants import VARIANT_OF
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import STRATEGIES
 from prompttune.engine.comparison import CompareRequest, resume_compare, run_compare
 from prompttune.engine.plan import plan_compare
+from prompttune.optimizers.registry import strategies
 from prompttune.reports import reports_of
 from prompttune.results.compare import CompareResult
 
@@ -53,7 +53,7 @@ def parse_arms(text: str) -> tuple[list[str], dict[str, dict[str, Any]]]:
             if not name or not optimizer or any("=" not in setting for setting in settings):
                 raise UserError(f"--optimizers: a named variant is NAME=OPTIMIZER:KEY=VALUE:... (e.g. "
                                 f"reflect-nocal=reflect:calibration=off), got {item!r}")
-            if name in STRATEGIES or "." in name:
+            if name in strategies() or "." in name:
                 raise UserError(f"--optimizers: variant name {name!r} must differ from every optimizer's name and "
                                 f"hold no '.' (--option {name}.KEY=VALUE sets its options)")
             options[name] = {VARIANT_OF: optimizer}
@@ -134,7 +134,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                   "and splits; compare their held-out results")
     add_run_arguments(compare)
     compare.add_argument("--optimizers", default="random,sh",
-                         help=f"comma-separated, of {', '.join(STRATEGIES)}; or a named variant "
+                         help=f"comma-separated, of {', '.join(strategies())}; or a named variant "
                               "NAME=OPTIMIZER:KEY=VALUE:... (e.g. reflect-nocal=reflect:calibration=off), one "
                               "optimizer under other options beside itself")
     compare.add_argument("--seeds", type=int, default=5, help="optimizer seeds per arm: --seed, --seed+1, … "

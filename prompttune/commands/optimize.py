@@ -18,10 +18,10 @@ from prompttune.commands.common import (
     spend_json,
 )
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.plan import plan_run
 from prompttune.engine.setup import point_latest
 from prompttune.engine.study import resume_study, run_study, with_resume_hint
+from prompttune.optimizers.registry import lookup, strategies
 from prompttune.reports import reports_of
 from prompttune.results.run import RunResult
 from prompttune.scoring.contract import scored_by
@@ -78,7 +78,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     opt = commands.add_parser("optimize", help="search a prompt space under a budget, confirm on test")
     add_run_arguments(opt)
     opt.add_argument("--optimizer", default=RUN_DEFAULTS.optimizer, metavar="NAME",
-                     help=f"search strategy: {', '.join(STRATEGIES)} (the dspy-* arms need "
+                     help=f"search strategy: {', '.join(strategies())} (the dspy-* arms need "
                           "prompttune[dspy])")
     add_search_arguments(opt)
     opt.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",

@@ -13,11 +13,11 @@ from prompttune.comparing.fairness import ModelWatch
 from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import lookup
+from prompttune.optimizers.registry import lookup
 from prompttune.results.compare import Coverage
 from prompttune.scoring.cache import ResultCache
 from prompttune.search_spaces import SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def check_arms(arms: list[str], options: dict[str, dict[str, Any]], config: RunConfig, task: Task) -> None:

@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from prompttune.comparing.variants import arm_options, optimizer_of
 from prompttune.core.errors import UserError
-from prompttune.dspy_bridge import lookup
-from prompttune.optimizers.registry import CALIBRATION, DEMOS, INSTRUCTION, Reach
+from prompttune.optimizers.registry import CALIBRATION, DEMOS, INSTRUCTION, Reach, lookup
 from prompttune.results.compare import Check, Coverage
 from prompttune.search_spaces import Dimension, PromptSpec, SearchSpace
 

@@ -25,13 +25,13 @@ from pathlib import Path
 from statistics import mean
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
-from prompttune.backends.base import Backend, Request, WrappedBackend
+from prompttune.backends.backend import Backend, Request, WrappedBackend
 from prompttune.core.run_files import read_prompt, read_trials
 from prompttune.core.types import Example, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from prompttune.results.arms import Served
 from prompttune.results.compare import Cap, Check
-from prompttune.tasks.base import Task
 from prompttune.tasks.pools import seen_in_tuning
+from prompttune.tasks.task import Task
 
 if TYPE_CHECKING:
     from prompttune.results.arms import ArmRun

@@ -2,8 +2,8 @@
 
 Nothing here imports dspy at package import time: `require_dspy` turns a missing install into
 one line for the user, and the submodules that need dspy are imported only after it. Importing
-this package registers the DSPy arms in the strategy registry, so modules above it read the
-registry from here.
+this package registers the DSPy arms in the strategy registry, which imports it on its first lookup
+(`prompttune.optimizers.registry.PLUGINS`).
 """
 
 from __future__ import annotations
@@ -17,19 +17,17 @@ from prompttune.core.errors import UserError
 from prompttune.core.run_files import DSPY_LOG, DSPY_PROGRAM
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, SearchContext
-from prompttune.optimizers.contract import describe_options
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.registry import (
     DEMOS,
     INSTRUCTION,
-    STRATEGIES,
     Reach,
     Setting,
     Strategy,
     StrategyEntry,
-    lookup,
     register,
 )
+from prompttune.optimizers.strategy_contract import describe_options
 from prompttune.scoring.confirmation import Verdict
 
 if TYPE_CHECKING:
@@ -123,4 +121,4 @@ def dspy_entry(name: str) -> StrategyEntry:
 for _arm in DSPY_ARMS:
     register(dspy_entry(_arm))
 
-__all__ = ["DSPY_ARMS", "DSPY_VERSION", "STRATEGIES", "StrategyEntry", "lookup", "register", "require_dspy"]
+__all__ = ["DSPY_ARMS", "DSPY_VERSION", "require_dspy"]

@@ -1,7 +1,7 @@
 """The contract every DSPy arm keeps (`DspyArm`): settings sized from (cap, split sizes, options) before any
 model loads, then `compile` on the arm's `Tools`; the options all arms share and the metric they score by.
 The arms themselves: optimizers.py (the table by name, BootstrapFewShotWithRandomSearch, COPRO, SIMBA),
-mipro.py and gepa.py."""
+miprov2.py and gepa.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.program import OUTPUT_FIELD, ProgramMapping
-from prompttune.optimizers.contract import OptimizerOptions, validate_options
+from prompttune.optimizers.strategy_contract import OptimizerOptions, validate_options
 from prompttune.scoring.contract import least_budget
 
 DSPY_TRIES_PER_DEMO = 2  # bootstrapping keeps the traces the metric passes: about 2 tries per demo at 50%

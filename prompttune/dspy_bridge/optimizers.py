@@ -17,7 +17,7 @@ them before it loads a model; `compile` then runs DSPy with them on the arm's `T
 num_threads set to the engine's `threads` (the engine batches their calls).
 
 Here: the arms by name (`DSPY_OPTIMIZERS`), BootstrapFewShotWithRandomSearch, COPRO and SIMBA; MIPROv2 and
-GEPA in mipro.py and gepa.py; the contract they keep in arm.py.
+GEPA in miprov2.py and gepa.py; the contract they keep in arm.py.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pydantic import Field
 from prompttune.core.errors import UserError
 from prompttune.dspy_bridge.arm import DSPY_TRIES_PER_DEMO, DspyArm, DspyOptions, Tools, ValsetOptions, exact_label
 from prompttune.dspy_bridge.gepa import Gepa
-from prompttune.dspy_bridge.mipro import MiproV2
+from prompttune.dspy_bridge.miprov2 import MiproV2
 
 
 class BfrsOptions(ValsetOptions):

@@ -32,7 +32,7 @@ from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def arm_key(config: RunConfig) -> tuple[str, str, int]:

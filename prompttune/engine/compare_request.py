@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from rich.console import Console
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.comparing.arms import arm_config, check_arms
 from prompttune.comparing.fairness import distinct_draws_check
 from prompttune.core.config import RunConfig
@@ -20,7 +20,7 @@ from prompttune.engine.arm_executors import make_executor
 from prompttune.engine.arm_runs import Draw, arm_key, draw_seed, split_seeds
 from prompttune.engine.run_dir import BackendFactory
 from prompttune.engine.setup import check_paths, load_run_task, run_contract
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from rich.console import Console
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.comparing.coverage import plan_coverage
 from prompttune.core.config import RunConfig
@@ -36,7 +36,7 @@ from prompttune.engine.compare_steps import (
 from prompttune.engine.run_dir import BackendFactory
 from prompttune.engine.setup import RUN_DIR
 from prompttune.results.compare import CompareResult
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def run_compare(request: CompareRequest) -> CompareResult:

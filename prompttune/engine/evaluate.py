@@ -12,7 +12,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.errors import BudgetExhausted, UserError
 from prompttune.core.run_files import ACCURACY_PLOT, CACHE, write_evaluation, write_page, write_report

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from prompttune.backends import openai_chat as chat
-from prompttune.backends.base import apply_chat_template
+from prompttune.backends.backend import apply_chat_template
 from prompttune.backends.openai_chat import wire_messages
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError

@@ -19,11 +19,11 @@ from prompttune.comparing.arms import arm_config
 from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import caps_of
 from prompttune.core.config import RunConfig
-from prompttune.dspy_bridge import lookup
 from prompttune.engine.compare_request import CompareRequest, check_compare
 from prompttune.engine.setup import load_run_task, load_space, run_contract
 from prompttune.engine.study import checked_search
 from prompttune.optimizers import SearchContext
+from prompttune.optimizers.registry import lookup
 from prompttune.reports.compare_report import caps_text
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.compare import Cap
@@ -31,7 +31,7 @@ from prompttune.scoring import contract
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 PROBE_EXAMPLES = 8
 

@@ -26,7 +26,7 @@ from prompttune.reports.optimize_report import describe_change, print_summary, r
 from prompttune.results.run import RunResult
 from prompttune.results.run_record import run_facts, test_record_rows, token_facts
 from prompttune.search_spaces import Candidate, SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def prompt_record(candidate: Candidate, space: SearchSpace, baseline: Candidate, **facts: object) -> dict[str, Any]:

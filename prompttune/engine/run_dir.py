@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
 from prompttune.core.provenance import record_code
@@ -41,8 +41,8 @@ def run_label(config: RunConfig, task_name: str) -> str:
     return f"{task_name}-{config.optimizer}-s{config.seed}"
 
 
-class OpenRun:
-    """A command's model and run directory, released together when its `open_run` block ends."""
+class HeldModel:
+    """The models a command holds and the opener of its run directory, released when its `open_run` block ends."""
 
     def __init__(self, backend: Backend, passed: bool, quietly: bool, resources: ExitStack) -> None:
         self.backend = backend
@@ -66,7 +66,7 @@ class OpenRun:
 
 @contextmanager
 def open_run(config: RunConfig, backend: Backend | None = None, *, build: BackendFactory = build_backend,
-             quietly: bool = True) -> Iterator[OpenRun]:
+             quietly: bool = True) -> Iterator[HeldModel]:
     """Hold `backend`, or one `build` makes from `config` (its loading output hidden when `quietly`), for the
     block; a built one is closed when the block ends, finished or failed."""
     with ExitStack() as resources:
@@ -74,4 +74,4 @@ def open_run(config: RunConfig, backend: Backend | None = None, *, build: Backen
         if backend is None:
             with loading(config, quietly=quietly):
                 backend = resources.enter_context(closing(build(config)))
-        yield OpenRun(backend, passed, quietly, resources)
+        yield HeldModel(backend, passed, quietly, resources)

@@ -18,19 +18,19 @@ from typing import Callable, ClassVar, Iterator, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.interrupt import RunInterrupted, StopRequest, mark_interrupted
 from prompttune.core.run_files import trial_log
 from prompttune.core.storage import InMemoryStorage, TrialStorage
 from prompttune.core.types import Example
-from prompttune.engine.run_dir import OpenRun
+from prompttune.engine.run_dir import HeldModel
 from prompttune.engine.verdicts import Look, final_look, next_look_alpha
-from prompttune.optimizers.contract import SearchContext
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.registry import Setting, Strategy
+from prompttune.optimizers.strategy_contract import SearchContext
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.confirmation import Verdict, held_out_verdict
 from prompttune.scoring.evaluator import Evaluator, build_evaluator
@@ -43,7 +43,7 @@ from prompttune.scoring.serving import (
     served_by_verdict,
 )
 from prompttune.search_spaces import Candidate
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 CacheView = Callable[[BudgetLedger], ResultCache | MeteredCache]
 
@@ -141,7 +141,7 @@ class OpenedRun:
     task: Task
     visible: Task  # the task without its test split: all the search may see
     context: SearchContext
-    model: OpenRun
+    model: HeldModel
     console: Console
     stop: StopRequest
     started: float

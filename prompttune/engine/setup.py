@@ -7,7 +7,7 @@ from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend, check_backend
 from prompttune.core.config import RunConfig, Serve
 from prompttune.core.errors import UserError

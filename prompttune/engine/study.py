@@ -20,14 +20,13 @@ from typing import Callable, Sequence
 from rich.console import Console
 
 from prompttune import __version__
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import BackendUnavailable, UserError
 from prompttune.core.interrupt import StopRequest, interruption, resumable_outage, stop_on_signals
 from prompttune.core.run_files import CACHE, FACTS, run_status, set_aside_trials
 from prompttune.core.types import Example
-from prompttune.dspy_bridge import STRATEGIES, lookup
 from prompttune.engine.record_step import record_run
 from prompttune.engine.run_dir import open_run, run_label
 from prompttune.engine.run_steps import CacheView, Judged, OpenedRun, Searched, judge, search
@@ -43,8 +42,8 @@ from prompttune.engine.setup import (
     search_context,
 )
 from prompttune.engine.verdicts import next_look_alpha, recorded_looks
-from prompttune.optimizers.contract import SearchContext
-from prompttune.optimizers.registry import Setting, Strategy
+from prompttune.optimizers.registry import Setting, Strategy, lookup, strategies
+from prompttune.optimizers.strategy_contract import SearchContext
 from prompttune.reports import PASSED_BACKEND
 from prompttune.reports.optimize_report import confirmable_gain
 from prompttune.results.run import Resumption, RunResult
@@ -58,7 +57,7 @@ from prompttune.scoring.per_class import per_class
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.statistics import Objective, get_objective
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def tokens_of(backend: Backend, candidate: Candidate, train: dict[str, Example]) -> int:
@@ -98,7 +97,7 @@ def run_versions(config: RunConfig, backend: Backend, optimizers: Sequence[str] 
               {"model": config.model, "dtype": config.dtype, "backend": config.backend})
     versions = {"prompttune": __version__, **served, "backend description": backend.describe()}
     for name in (config.optimizer, *optimizers):
-        versions.update(STRATEGIES[name].versions() if name in STRATEGIES else {})
+        versions.update(strategies()[name].versions() if name in strategies() else {})
     return versions
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, Mapping
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import Serve
 from prompttune.core.types import Example
 from prompttune.scoring import contract

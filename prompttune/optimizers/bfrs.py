@@ -32,8 +32,8 @@ from typing import Any
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.search_helpers import rank_by_score, shuffled_demo_sets
+from prompttune.optimizers.strategy_contract import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.search_spaces.space import Candidate
 
 

@@ -38,7 +38,14 @@ from pydantic import Field
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
+from prompttune.optimizers.strategy_contract import (
+    Challenge,
+    IncumbentSearch,
+    OptimizerOptions,
+    Sweep,
+    TrialRequest,
+    spec_candidate,
+)
 from prompttune.search_spaces.space import Candidate
 from prompttune.search_spaces.synonyms import synonym_source
 

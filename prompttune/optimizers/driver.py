@@ -1,5 +1,5 @@
 """The driver: owns the decision protocol, the evaluator, the budget, the log, the anytime curve and the
-baseline top-up for every strategy (`contract.py`). It merges the baseline into the strategy's ranking by paired
+baseline top-up for every strategy (`strategy_contract.py`). It merges the baseline into the strategy's ranking by paired
 dev score (`SearchDriver.ranking`), so nothing handed on ranks above the baseline unless it beat it on the same
 dev examples, and admits every candidate before it is scored (`admission.py`): a refused one is neither scored
 nor charged and never ranked. The held-out verdict comes after (`prompttune.scoring.confirmation`)."""
@@ -14,9 +14,9 @@ from prompttune.core.errors import BudgetExhausted
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Record
 from prompttune.optimizers.admission import Admission
-from prompttune.optimizers.contract import Challenge, Optimizer, TrialRequest
 from prompttune.optimizers.prefetch import Prefetch
 from prompttune.optimizers.search_helpers import place_baseline
+from prompttune.optimizers.strategy_contract import Challenge, Optimizer, TrialRequest
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate

@@ -39,7 +39,6 @@ import optuna
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.optimizers.search_helpers import (
     STYLE_TIPS,
     instruction_request,
@@ -47,6 +46,7 @@ from prompttune.optimizers.search_helpers import (
     rotating_minibatch,
     shuffled_demo_sets,
 )
+from prompttune.optimizers.strategy_contract import Optimizer, OptimizerOptions, TrialRequest, spec_candidate
 from prompttune.search_spaces.space import Candidate
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -37,7 +37,6 @@ import numpy as np
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Challenge, IncumbentSearch, OptimizerOptions, Sweep, TrialRequest, spec_candidate
 from prompttune.optimizers.proposer import clean_instruction
 from prompttune.optimizers.search_helpers import (
     Direction,
@@ -46,6 +45,14 @@ from prompttune.optimizers.search_helpers import (
     error_directions,
     rotating_minibatch,
     shown_instruction,
+)
+from prompttune.optimizers.strategy_contract import (
+    Challenge,
+    IncumbentSearch,
+    OptimizerOptions,
+    Sweep,
+    TrialRequest,
+    spec_candidate,
 )
 from prompttune.search_spaces.space import Candidate
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from prompttune.optimizers.contract import TrialRequest
+from prompttune.optimizers.strategy_contract import TrialRequest
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.space import Candidate
 

@@ -6,7 +6,7 @@ import re
 from functools import partial
 from typing import Callable, Sequence
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.types import GenerateRequest, Prompt
 from prompttune.scoring.cache import cache_key
 from prompttune.scoring.metering import Meter, generate_values

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, TrialRequest
 from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.optimizers.strategy_contract import Optimizer, TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 

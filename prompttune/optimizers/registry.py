@@ -1,10 +1,12 @@
 """One registry of search strategies, so that validating, building, describing and recording a strategy is a
 lookup by name rather than a branch on which family it belongs to: prompttune's optimizers are registered
-here, and `prompttune.dspy_bridge` registers its arms when imported (without importing dspy), so modules above
-it read the registry through `prompttune.dspy_bridge`. A new strategy is one `register` call."""
+here, and the modules named in `PLUGINS` (`prompttune.dspy_bridge`, above this layer) register theirs when the
+first lookup imports them by name, so every caller sees the DSPy arms without importing the bridge."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -13,13 +15,13 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
-from prompttune.optimizers.contract import describe_options, validate_options
 from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
+from prompttune.optimizers.strategy_contract import describe_options, validate_options
 from prompttune.scoring.confirmation import Verdict
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces import Candidate
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 INSTRUCTION, DEMOS, CALIBRATION = "instruction", "demos", "calibration"  # what a strategy may write
 LISTED, WRITTEN, BOOTSTRAPPED, CALIBRATED = ("listed values", "written by a model", "bootstrapped demos",
@@ -84,7 +86,8 @@ class StrategyEntry:
     is_dspy: bool = False  # compiled through DSPy: the compare report says how those arms ran
 
 
-STRATEGIES: dict[str, StrategyEntry] = {}
+STRATEGIES: dict[str, StrategyEntry] = {}  # filled at import, and by `PLUGINS` on the first lookup
+PLUGINS = ("prompttune.dspy_bridge",)  # modules that register strategies when imported (without importing dspy)
 
 
 def register(entry: StrategyEntry) -> None:
@@ -94,10 +97,23 @@ def register(entry: StrategyEntry) -> None:
     STRATEGIES[entry.name] = entry
 
 
+@functools.cache
+def _load_plugins() -> None:
+    """Import the plugins once: they sit above this layer, so they are named here rather than imported."""
+    for module in PLUGINS:
+        importlib.import_module(module)
+
+
+def strategies() -> dict[str, StrategyEntry]:
+    """Every registered strategy by name, prompttune's optimizers first, then the plugins' (the DSPy arms)."""
+    _load_plugins()
+    return STRATEGIES
+
+
 def lookup(name: str) -> StrategyEntry:
-    """The registered strategy called `name`."""
+    """The registered strategy called `name`, a plugin's included."""
     try:
-        return STRATEGIES[name]
+        return strategies()[name]
     except KeyError:
         raise UserError(f"unknown optimizer {name!r}; choose from {', '.join(STRATEGIES)}") from None
 

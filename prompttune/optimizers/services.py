@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-from prompttune.optimizers.contract import SearchContext
+from prompttune.optimizers.strategy_contract import SearchContext
 from prompttune.search_spaces.space import Candidate
 
 

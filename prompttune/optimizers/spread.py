@@ -36,8 +36,8 @@ import numpy as np
 from pydantic import Field
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.optimizers.strategy_contract import Optimizer, OptimizerOptions, TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 

@@ -32,8 +32,14 @@ from pydantic import Field
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, OptimizerOptions, SearchContext, TrialRequest, validate_options
 from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.optimizers.strategy_contract import (
+    Optimizer,
+    OptimizerOptions,
+    SearchContext,
+    TrialRequest,
+    validate_options,
+)
 from prompttune.search_spaces.space import Candidate
 
 SEED_SCHEDULE = ((1440, 20), (360, 40), (90, 80), (22, 160), (5, 500))

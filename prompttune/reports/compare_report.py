@@ -15,7 +15,7 @@ from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import Spend, fingerprint
 from prompttune.comparing.summary import CMH_LABEL, KEEP_RULES
 from prompttune.comparing.variants import optimizer_of
-from prompttune.dspy_bridge import lookup
+from prompttune.optimizers.registry import lookup
 from prompttune.reports import ci_text, model_name, reports_of
 from prompttune.reports.optimize_report import lost_classes, versions_lines
 from prompttune.results.arms import ArmRun

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from prompttune.core.config import RunConfig
     from prompttune.results.run import RunResult
     from prompttune.search_spaces.space import Candidate, SearchSpace
-    from prompttune.tasks.base import Task
+    from prompttune.tasks.task import Task
 
 
 TOKENS_COUNTED = ("the prompt rendered around an empty input (instruction, demos, field names, cue and chat template) "

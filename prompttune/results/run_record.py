@@ -17,7 +17,7 @@ from prompttune.scoring.contract import scored_by
 
 if TYPE_CHECKING:
     from prompttune.results.run import RunResult
-    from prompttune.tasks.base import Task
+    from prompttune.tasks.task import Task
 
 OUTCOME_FIELDS = ("family", "leader_dev_score", "leader_dev_n", "baseline_dev_score", "baseline_dev_n", "n_trials",
                   "n_candidates", "stopped_by_budget", "notes", "challenges", "sweeps", "challenge_accepts",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import DEFAULT_SERVE, Serve
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Iterable, Mapping, Sequence
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import ChoiceRequest, Example, GenerateRequest, Record, ScoreRequest

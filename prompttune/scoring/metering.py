@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from prompttune.backends.base import Backend
+from prompttune.backends.backend import Backend
 from prompttune.core.errors import BackendUnavailable
 from prompttune.core.types import ChoiceRequest, ChoiceResult, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from prompttune.scoring.cache import ResultCache

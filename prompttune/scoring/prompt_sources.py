@@ -35,7 +35,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.yamlio import load_yaml
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 from prompttune.core.types import Prompt
 from prompttune.search_spaces.assemble import SpaceError, build_space
-from prompttune.search_spaces.builtin import default_space
 from prompttune.search_spaces.constraints import Constraint, Forbid, Rule, When
+from prompttune.search_spaces.default_spaces import default_space
 from prompttune.search_spaces.groups import SpaceSize
 from prompttune.search_spaces.prompt import PromptSpec, render
 from prompttune.search_spaces.schema import SpaceFile

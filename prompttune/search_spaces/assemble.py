@@ -16,7 +16,7 @@ from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.schema import SpaceFile
 from prompttune.search_spaces.space import Composer, Dimension, SearchSpace
 from prompttune.search_spaces.synonyms import synonym_source
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 class SpaceError(UserError):

@@ -24,7 +24,7 @@ Combo = tuple[int, ...]
 ENUMERATE_LIMIT = 200_000
 
 
-class Choices(Protocol):
+class NamedValues(Protocol):
     """What grouping reads of a dimension: its name and values (a protocol, so this module never names
     `space.Dimension`, which imports it)."""
 
@@ -39,7 +39,7 @@ class Choices(Protocol):
 class Group:
     """Dimensions sharing rules; `rules` read only these dimensions."""
 
-    dims: tuple[Choices, ...]
+    dims: tuple[NamedValues, ...]
     rules: tuple[Constraint, ...]
     enumerate_limit: int = ENUMERATE_LIMIT
 
@@ -88,7 +88,7 @@ class Group:
         return None
 
 
-def split_groups(dimensions: Sequence[Choices], constraints: Sequence[Constraint],
+def split_groups(dimensions: Sequence[NamedValues], constraints: Sequence[Constraint],
                  enumerate_limit: int = ENUMERATE_LIMIT) -> list[Group]:
     """Union dimensions read by the same rule; groups come in declaration order."""
     names = [d.name for d in dimensions]
@@ -104,7 +104,7 @@ def split_groups(dimensions: Sequence[Choices], constraints: Sequence[Constraint
         linked = rule.dims if rule.dims is not None else names
         for other in linked[1:]:
             parent[root(other)] = root(linked[0])
-    members: dict[str, list[Choices]] = {}
+    members: dict[str, list[NamedValues]] = {}
     for dim in dimensions:
         members.setdefault(root(dim.name), []).append(dim)
     groups = []

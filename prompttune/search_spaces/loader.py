@@ -12,7 +12,7 @@ from prompttune.core.yamlio import load_yaml
 from prompttune.search_spaces.assemble import SpaceError, build_space
 from prompttune.search_spaces.schema import SpaceFile
 from prompttune.search_spaces.space import SearchSpace
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 
 def parse_space_file(path: str | Path) -> SpaceFile:

@@ -4,10 +4,10 @@ from pathlib import Path
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
-from prompttune.tasks.base import SplitSizes, Task
 from prompttune.tasks.builtin import BUILTIN, load_builtin
 from prompttune.tasks.custom import load_custom
 from prompttune.tasks.pools import Pool
+from prompttune.tasks.task import SplitSizes, Task
 from prompttune.tasks.user_prompt import UserPrompt
 
 

@@ -18,8 +18,8 @@ from typing import Callable, Iterable
 from prompttune.core.errors import UserError
 from prompttune.core.hub import hub_problem
 from prompttune.core.types import Example
-from prompttune.tasks.base import SplitSizes, Task, check_labels, make_splits
 from prompttune.tasks.pools import Pool, in_reporting_part, normalized, partition
+from prompttune.tasks.task import SplitSizes, Task, check_labels, make_splits
 
 DATA_DIR_ENV = "PROMPTTUNE_DATA_DIR"
 HUB_DATASETS = {"agnews": "fancyzhx/ag_news", "sst2": "stanfordnlp/sst2", "trec": "CogComp/trec"}

@@ -15,7 +15,7 @@ from prompttune.core.config import Serve
 from prompttune.core.errors import UserError, validation_message
 from prompttune.core.types import Example
 from prompttune.core.yamlio import load_yaml
-from prompttune.tasks.base import (
+from prompttune.tasks.task import (
     SplitSizes,
     Task,
     check_labels,

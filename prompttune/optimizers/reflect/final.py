@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator, Sequence
 
-from prompttune.optimizers.contract import SearchContext, TrialRequest
 from prompttune.optimizers.reflect.calibration import batch_twin
 from prompttune.optimizers.reflect.genome import Genome
 from prompttune.optimizers.reflect.options import ReflectOptions
@@ -15,6 +14,7 @@ from prompttune.optimizers.reflect.pool import Pool
 from prompttune.optimizers.reflect.race import Race
 from prompttune.optimizers.search_helpers import rank_by_score
 from prompttune.optimizers.services import most_affordable, stage_reserve
+from prompttune.optimizers.strategy_contract import SearchContext, TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 

@@ -12,7 +12,6 @@ from typing import Sequence
 import numpy as np
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import SearchContext, checked_rewrite, example_input
 from prompttune.optimizers.proposer import Proposer, clean_instruction
 from prompttune.optimizers.reflect.genome import Genome
 from prompttune.optimizers.reflect.options import ReflectOptions
@@ -27,6 +26,7 @@ from prompttune.optimizers.search_helpers import (
     rotating_minibatch,
     shown_instruction,
 )
+from prompttune.optimizers.strategy_contract import SearchContext, checked_rewrite, example_input
 from prompttune.search_spaces.demo_pool import demo_ids_like_dev
 from prompttune.search_spaces.demos import choose_demos
 from prompttune.search_spaces.prompt import PromptSpec

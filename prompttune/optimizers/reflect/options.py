@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from prompttune.optimizers.contract import OptimizerOptions
+from prompttune.optimizers.strategy_contract import OptimizerOptions
 
 
 class ReflectOptions(OptimizerOptions):

@@ -7,9 +7,9 @@ from dataclasses import replace
 from typing import Iterator, Sequence
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import TrialRequest, spec_candidate
 from prompttune.optimizers.reflect.genome import Genome
 from prompttune.optimizers.services import calls_to_score
+from prompttune.optimizers.strategy_contract import TrialRequest, spec_candidate
 from prompttune.search_spaces.space import Candidate, SearchSpace
 
 

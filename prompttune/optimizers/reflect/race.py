@@ -10,11 +10,11 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import TrialRequest
 from prompttune.optimizers.reflect.calibration import batch_twin, contextual_twin
 from prompttune.optimizers.reflect.genome import Genome
 from prompttune.optimizers.reflect.pool import Pool
 from prompttune.optimizers.search_helpers import rank_by_score
+from prompttune.optimizers.strategy_contract import TrialRequest
 from prompttune.search_spaces.space import Candidate
 
 MARGIN_CLIP = 10.0  # nats: one confidently wrong example may not outweigh many others

@@ -41,7 +41,6 @@ from typing import Any, Iterator
 
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
-from prompttune.optimizers.contract import Optimizer, SearchContext, TrialRequest, validate_options
 from prompttune.optimizers.reflect.calibration import calibration_said
 from prompttune.optimizers.reflect.final import FinalRace
 from prompttune.optimizers.reflect.moves import Moves
@@ -49,6 +48,7 @@ from prompttune.optimizers.reflect.options import ReflectOptions
 from prompttune.optimizers.reflect.pool import Pool
 from prompttune.optimizers.reflect.race import Race
 from prompttune.optimizers.services import free_calls, most_affordable
+from prompttune.optimizers.strategy_contract import Optimizer, SearchContext, TrialRequest, validate_options
 from prompttune.search_spaces.space import Candidate
 
 # In the trial log, what a dimension shows where a move replaced the grid's value (for the fANOVA).

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from prompttune.search_spaces.constraints import Constraint
 from prompttune.search_spaces.space import Composer, Dimension
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 
 Casing = Literal["as_is", "title", "upper", "lower"]
 

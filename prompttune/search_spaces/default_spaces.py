@@ -10,7 +10,7 @@ from prompttune.search_spaces.frozen import keep_frozen
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Dimension, SearchSpace
 from prompttune.search_spaces.user_prompt import parse_user_prompt
-from prompttune.tasks.base import Task
+from prompttune.tasks.task import Task
 from prompttune.tasks.user_prompt import UserPrompt
 
 _FIELD_NAMES = {"agnews": ["Article", "Text", "News", "Input"],
