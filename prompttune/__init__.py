@@ -1,8 +1,8 @@
 """prompttune: prompts as declared, searchable parameters, and only gains that survive a held-out test.
 
-The Python API (`prompttune.api`): `optimize`, `evaluate`, `compare`, `resume`, `load_run`, with `Task` and
-`SearchSpace` for in-memory data and spaces built in Python, the result types, and `Backend` for a model of
-your own. Imported on first use, so that `import prompttune.<module>` stays light.
+The Python API (`prompttune.api`): `optimize`, `evaluate`, `compare`, `resume`, `load_run`, `predict`,
+`to_dspy`, with `Task` and `SearchSpace` for in-memory data and spaces built in Python, the result types, and
+`Backend` for a model of your own. Imported on first use, so that `import prompttune.<module>` stays light.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 __version__ = importlib.metadata.version("prompttune")  # one source: pyproject.toml
 
 _API = {"optimize": "prompttune.api", "evaluate": "prompttune.api", "compare": "prompttune.api",
-        "resume": "prompttune.api", "load_run": "prompttune.api", "FinishedRun": "prompttune.results.finished_run",
+        "resume": "prompttune.api", "load_run": "prompttune.api",
+        "predict": "prompttune.api", "to_dspy": "prompttune.api", "FinishedRun": "prompttune.results.finished_run",
         "FinishedCompare": "prompttune.results.finished_run", "FinishedEvaluation": "prompttune.results.finished_run",
         "Task": "prompttune.tasks.task", "SearchSpace": "prompttune.search_spaces.space",
         "Dimension": "prompttune.search_spaces.space", "PromptSpec": "prompttune.search_spaces.prompt",

@@ -12,22 +12,34 @@ which `make test` runs.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from contextlib import closing
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from prompttune.backends.backend import Backend
+from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
+from prompttune.core.errors import UserError
+from prompttune.core.types import Example
 from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.evaluate import load_evaluation_task, run_evaluation
 from prompttune.engine.study import resume_study, run_study
 from prompttune.results.compare import CompareResult
 from prompttune.results.evaluate import EvaluateConfig, EvaluationResult
 from prompttune.results.finished_run import FinishedCompare, FinishedEvaluation, FinishedRun, read_finished
-from prompttune.results.run import RunResult
+from prompttune.results.run import RunResult, TunedPrompt
+from prompttune.scoring.cache import ResultCache
+from prompttune.scoring.evaluator import build_evaluator
+from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.prompt_sources import parse_prompts, sample_space
 from prompttune.search_spaces import SearchSpace
 from prompttune.statistics import Objective
 from prompttune.tasks.task import Task
+
+if TYPE_CHECKING:
+    import dspy
 
 IN_MEMORY = "(in memory)"
 
@@ -61,7 +73,8 @@ def optimize(task: str | Path | Task = "agnews", *, optimizer: str = RunConfig.m
              progress: bool = False, **settings: Any) -> RunResult:
     """Search `space` with `optimizer` under `budget` model calls, then let the held-out test split
     decide what ships. Returns the `RunResult`: `.verdict`, `.shipped` (`.render(example)` gives the
-    exact text the model sees), `.dev_winner`, `.ledger`, `.to_dspy()`, `.save(path)`.
+    exact text the model sees), `.dev_winner`, `.ledger`, `.save(path)`;
+    `prompttune.predict(result, inputs)` labels an input, `prompttune.to_dspy(result)` makes a DSPy program.
 
     `record=False` writes no run directory. Any other `RunConfig` field is a keyword (`seed`,
     `split_seed`, `dev_size`, `model`, `dtype`, `alpha`, `runs_dir`, ...); `serve="generate"` declares that
@@ -108,6 +121,64 @@ def load_run(run_dir: str | Path) -> FinishedRun | FinishedCompare | FinishedEva
     (True, True, True)
     """
     return read_finished(Path(run_dir))
+
+
+def predict(result: RunResult, inputs: Mapping[str, Any] | str) -> str | None:
+    """The shipped prompt's label for one input, scored as the verdict scored the test split (the same rendering,
+    demos, label words, offsets and scoring) on the run's backend: a {field: text} mapping, or the text itself for a
+    task with one input field. None when a generated answer names no label. A backend the run closed is built again
+    from its config and kept on `result` until `result.close()`.
+
+    >>> import prompttune
+    >>> from prompttune.testing import SyntheticOracleBackend, demo_task
+    >>> task = demo_task()
+    >>> model = SyntheticOracleBackend.for_task(task, lambda text: 0.9 if "Label:" in text else 0.5)
+    >>> result = prompttune.optimize(task, optimizer="random", budget=300, backend=model, record=False)
+    >>> prompttune.predict(result, "a red item") in task.labels
+    True
+    """
+    fields = _input_fields(result, inputs)
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    example = Example(f"predict-{digest}", fields, 0)  # the gold label is unknown and unused
+    with closing(ResultCache()) as cache:
+        evaluator = build_evaluator(result.config, _serving_backend(result), [example], result.train.values(), cache,
+                                    BudgetLedger())
+        record = evaluator.evaluate(result.verdict.shipped.spec, [example.id])[0]
+    return None if record.pred is None else result.labels[record.pred]
+
+
+def _serving_backend(result: RunResult) -> Backend:
+    """The backend passed to the run, else the run's own built again from its config (the run closed it)."""
+    if result.backend is not None:
+        return result.backend
+    if result.rebuilt is None:
+        with loading(result.config, quietly=True):
+            result.rebuilt = build_backend(result.config)
+    return result.rebuilt
+
+
+def _input_fields(result: RunResult, inputs: Mapping[str, Any] | str) -> dict[str, str]:
+    if isinstance(inputs, str):
+        if len(result.input_fields) != 1:
+            raise UserError(f"predict: this task has {len(result.input_fields)} input fields "
+                            f"({', '.join(result.input_fields)}); pass a dict with each")
+        return {result.input_fields[0]: inputs}
+    if missing := [name for name in result.input_fields if name not in inputs]:
+        raise UserError(f"predict: the input lacks the field(s) {', '.join(missing)}")
+    return {name: str(inputs[name]) for name in result.input_fields}
+
+
+def to_dspy(prompt: RunResult | TunedPrompt) -> "dspy.Predict":
+    """A `dspy.Predict` program carrying a prompt's instruction and demos (a run's: its shipped prompt). DSPy
+    renders it with its own adapter: `TunedPrompt.render`/`template` give the exact scored text."""
+    from prompttune.dspy_bridge import require_dspy
+
+    require_dspy("to_dspy()")
+    from prompttune.dspy_bridge.program import ProgramMapping
+
+    tuned = prompt.shipped if isinstance(prompt, RunResult) else prompt
+    mapping = ProgramMapping.build(tuned.spec, list(tuned.input_fields), list(tuned.demos), [])
+    return mapping.program(tuned.spec, list(tuned.demos))
 
 
 def evaluate(task: str | Path | Task = "agnews", *, prompts: str | Path | Sequence[str] | None = None,

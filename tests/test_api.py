@@ -74,7 +74,8 @@ def test_save_and_to_dspy_carry_what_the_verdict_shipped(tmp_path: Path) -> None
     assert "{text}" in result.shipped.template()
     pytest.importorskip("dspy")
     spec = result.shipped.spec
-    assert result.to_dspy().signature.instructions == spec.instruction.replace("{labels}", ", ".join(spec.label_words))
+    instructions = spec.instruction.replace("{labels}", ", ".join(spec.label_words))
+    assert prompttune.to_dspy(result).signature.instructions == instructions
 
 
 def test_records_errors_are_one_line_user_errors() -> None:

@@ -26,7 +26,7 @@ from prompttune.dspy_bridge.gepa import feedback_text  # noqa: E402
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS  # noqa: E402
 from prompttune.dspy_bridge.program import ProgramMapping  # noqa: E402
 from prompttune.engine.comparison import CompareRequest, check_compare, run_compare  # noqa: E402
-from prompttune.engine.export import export  # noqa: E402
+from prompttune.export.writers import export  # noqa: E402
 from prompttune.optimizers.proposer import LABEL_CLAUSE, Proposer  # noqa: E402
 from prompttune.optimizers.registry import lookup  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402

@@ -18,10 +18,10 @@ from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
-from prompttune.engine import export as export_module
 from prompttune.engine.evaluate import run_evaluation
-from prompttune.engine.export import export
 from prompttune.engine.study import run_study
+from prompttune.export import writers as export_module
+from prompttune.export.writers import export
 from prompttune.results import prompt_formats
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.results.prompt_formats import template

@@ -18,8 +18,8 @@ from rich.console import Console
 from prompttune.backends.factory import build_backend
 from prompttune.backends.transformers_setup import EMBEDDED_MODEL
 from prompttune.core.errors import UserError
-from prompttune.engine.export import export
 from prompttune.engine.study import run_study
+from prompttune.export.writers import export
 from prompttune.scoring import contract, extraction
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator

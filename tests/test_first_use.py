@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 import prompttune
-from prompttune import Task
+from prompttune import Task, api
 from prompttune.cli import main
 from prompttune.core.errors import UserError
 from prompttune.engine import study
 from prompttune.optimizers.proposer import usable_critique
-from prompttune.results import run as results
 from prompttune.testing import SyntheticOracleBackend, colours_task_file, demo_task, run_oracle
 from tests.support import oracle_for
 
@@ -97,7 +96,7 @@ import prompttune
 rows = [{{"text": f"a {{w}} review number {{i}}", "label": w}} for i in range(6) for w in ("good", "bad")]
 task = prompttune.Task.from_records(rows, label="label")
 result = prompttune.optimize(task, optimizer="random", budget=20, runs_dir={str(tmp_path)!r})
-result.predict("a good review number 99")  # the run closed its model: predict loads it again, quietly
+prompttune.predict(result, "a good review number 99")  # the run closed its model: predict loads it again, quietly
 """
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -111,11 +110,11 @@ def test_predict_gives_the_label_the_verdict_scored_for_each_test_example(run: p
     task = demo_task()
     fields = {ex.id: ex.fields for ex in task.splits["test"]}
     records = run.verdict.records[run.verdict.shipped.id]
-    assert [run.predict(fields[r.example_id]) for r in records] == [task.labels[r.pred] for r in records]
+    assert [prompttune.predict(run, fields[r.example_id]) for r in records] == [task.labels[r.pred] for r in records]
     first = records[0]
-    assert run.predict(fields[first.example_id]["text"]) == task.labels[first.pred]  # one field: the text itself
+    assert prompttune.predict(run, fields[first.example_id]["text"]) == task.labels[first.pred]  # one field: the text itself
     with pytest.raises(UserError, match="lacks the field"):
-        run.predict({"review": "x"})
+        prompttune.predict(run, {"review": "x"})
 
 
 def test_predict_after_the_run_closed_its_own_backend_builds_it_again(tmp_path: Path, monkeypatch) -> None:
@@ -128,16 +127,16 @@ def test_predict_after_the_run_closed_its_own_backend_builds_it_again(tmp_path: 
         built.append(backend)
         return backend
     monkeypatch.setattr(study, "build_backend", build)
-    monkeypatch.setattr(results, "build_backend", build)
+    monkeypatch.setattr(api, "build_backend", build)
     path = colours_task_file(tmp_path)
     result = prompttune.optimize(str(path), optimizer="random", budget=300, train_size=60, dev_size=60,
                                  test_size=90, runs_dir=str(tmp_path / "runs"))
     assert len(built) == 1 and built[0].closed and result.backend is None  # the run closed the one it built
     record = result.verdict.records[result.verdict.shipped.id][0]
     text = {e.id: e for e in study.load_run_task(result.config).splits["test"]}[record.example_id]
-    assert result.predict(text.fields) == result.labels[record.pred]
+    assert prompttune.predict(result, text.fields) == result.labels[record.pred]
     assert len(built) == 2 and not built[1].closed
-    result.predict(text.fields)
+    prompttune.predict(result, text.fields)
     assert len(built) == 2  # kept for the next call
     result.close()
     assert built[1].closed

@@ -13,8 +13,8 @@ import pytest
 from prompttune.cli import main
 from prompttune.core.types import Record
 from prompttune.engine import study
-from prompttune.engine.export import load_winner
 from prompttune.engine.study import run_study
+from prompttune.export.writers import load_winner
 from prompttune.optimizers import OPTIMIZERS
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.optimizers.strategy_contract import Challenge, IncumbentSearch, TrialRequest, spec_candidate

@@ -1,12 +1,12 @@
 """`prompttune export RUN_DIR --to text|json|openai-chat|dspy|python`: the prompt a run ships, for use
-elsewhere (the formats are described in `prompttune.engine.export`)."""
+elsewhere (the formats are described in `prompttune.export.writers`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from prompttune.engine.export import FORMATS, export
+from prompttune.export.writers import FORMATS, export
 
 
 def _export(args: argparse.Namespace) -> int:

@@ -17,7 +17,6 @@ from prompttune.core.errors import UserError
 from prompttune.core.run_files import DSPY_LOG, DSPY_PROGRAM
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, SearchContext
-from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.registry import (
     DEMOS,
     INSTRUCTION,
@@ -28,6 +27,7 @@ from prompttune.optimizers.registry import (
     register,
 )
 from prompttune.optimizers.strategy_contract import describe_options
+from prompttune.results.search_outcome import SearchOutcome
 from prompttune.scoring.confirmation import Verdict
 
 if TYPE_CHECKING:

@@ -30,9 +30,9 @@ from prompttune.dspy_bridge.arm import DspyArm, Sizes, Tools
 from prompttune.dspy_bridge.engine import BudgetStop, MeteredEngine
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS
 from prompttune.dspy_bridge.program import ProgramMapping
-from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.strategy_contract import spec_candidate
+from prompttune.results.search_outcome import SearchOutcome
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import Candidate

@@ -27,10 +27,10 @@ from prompttune.core.storage import InMemoryStorage, TrialStorage
 from prompttune.core.types import Example
 from prompttune.engine.run_dir import HeldModel
 from prompttune.engine.verdicts import Look, final_look, next_look_alpha
-from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.registry import Setting, Strategy
 from prompttune.optimizers.strategy_contract import SearchContext
+from prompttune.results.search_outcome import SearchOutcome
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.confirmation import Verdict, held_out_verdict
 from prompttune.scoring.evaluator import Evaluator, build_evaluator

@@ -7,7 +7,7 @@ nor charged and never ranked. The held-out verdict comes after (`prompttune.scor
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from typing import Any, Callable, Iterator
 
 from prompttune.core.errors import BudgetExhausted
@@ -17,6 +17,7 @@ from prompttune.optimizers.admission import Admission
 from prompttune.optimizers.prefetch import Prefetch
 from prompttune.optimizers.search_helpers import place_baseline
 from prompttune.optimizers.strategy_contract import Challenge, Optimizer, TrialRequest
+from prompttune.results.search_outcome import ScoredPrompt, SearchOutcome
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces.prompt import PromptSpec
 from prompttune.search_spaces.space import Candidate
@@ -27,45 +28,6 @@ def decision_log(decision: Decision) -> dict[str, Any]:
     c = decision.comparison
     return {"decision": decision.verdict, "paired_n": decision.n, "b": c.b, "c": c.c,
             "p": round(decision.p_value, 6), "threshold": float(f"{decision.threshold:.3g}")}
-
-
-@dataclass(frozen=True)
-class ScoredPrompt:
-    """A candidate scored on dev: prompt tokens per request and dev objective (the report's tokens plot)."""
-
-    candidate_id: str
-    prompt_tokens: int
-    dev_score: float
-    dev_n: int
-
-
-@dataclass
-class SearchOutcome:
-    """What the search hands to the verdict: the dev ranking and how the leader compares on dev."""
-
-    ranking: list[Candidate]  # the strategy's, with the baseline placed by paired dev score
-    family: int
-    leader_dev_score: float
-    leader_dev_n: int
-    baseline_dev_score: float  # on the leader's dev examples (paired)
-    baseline_dev_n: int
-    n_trials: int
-    n_candidates: int
-    stopped_by_budget: bool
-    anytime: list[tuple[int, float]]
-    notes: list[str]
-    challenges: int = 0
-    leaders: list[tuple[int, int, PromptSpec]] = field(default_factory=list)  # (calls, tokens, spec) at each change
-    sweeps: int = 0
-    challenge_accepts: int = 0
-    sweeps_with_accept: int = 0
-    interrupted: bool = False  # stopped on request (a signal) before the strategy or the budget ended it
-    rejected: dict[str, int] = field(default_factory=dict)  # candidates the driver refused, by refusal
-    scored: list[ScoredPrompt] = field(default_factory=list)
-
-    @property
-    def leader(self) -> Candidate:
-        return self.ranking[0]
 
 
 class SearchStopped(Exception):

@@ -15,9 +15,9 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.storage import TrialStorage
 from prompttune.optimizers import OPTIMIZERS, Optimizer, SearchContext, run_search
-from prompttune.optimizers.driver import SearchOutcome
 from prompttune.optimizers.proposer import Proposer
 from prompttune.optimizers.strategy_contract import describe_options, validate_options
+from prompttune.results.search_outcome import SearchOutcome
 from prompttune.scoring.confirmation import Verdict
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.search_spaces import Candidate

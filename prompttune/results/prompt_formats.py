@@ -1,7 +1,7 @@
 """The shipped prompt as data: its template with `{field}` slots, how the verdict read a label from the
 model (generation, label log-probabilities raw or less the shipped offsets), the calibration production
 needs, and the `json` and `openai-chat` export formats built from them. Pure functions of a spec and the
-run's config: `prompttune.engine.export` writes them, `RunResult.save` and the reports read them.
+run's config: `prompttune.export.writers` writes them, `RunResult.save` and the reports read them.
 """
 
 from __future__ import annotations

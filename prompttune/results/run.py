@@ -5,35 +5,26 @@ Reports (`prompttune.reports`) and `compare` read these types; nothing here talk
 
 from __future__ import annotations
 
-import hashlib
 import html
 import json
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from prompttune.backends.backend import Backend
-from prompttune.backends.factory import build_backend, loading
 from prompttune.core.config import RunConfig
-from prompttune.core.errors import UserError
 from prompttune.core.run_files import EXPORT_JSON, EXPORT_TEXT
 from prompttune.core.storage import TrialStorage
 from prompttune.core.types import Example, Prompt
-from prompttune.optimizers.driver import SearchOutcome
 from prompttune.results.prompt_formats import as_json, as_text, template
-from prompttune.scoring.cache import ResultCache
+from prompttune.results.search_outcome import SearchOutcome
 from prompttune.scoring.confirmation import Confirmation, Verdict
 from prompttune.scoring.contract import scored_by
-from prompttune.scoring.evaluator import build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.per_class import PerClass
 from prompttune.scoring.serving import FinalistRescoring, GenerationCheck
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos
-
-if TYPE_CHECKING:
-    import dspy
 
 
 @dataclass(frozen=True)
@@ -77,18 +68,6 @@ class TunedPrompt:
         """The prompt with `{field}` where each input goes (as `export --to text` writes it)."""
         return as_text(template(self.spec, list(self.demos)))
 
-    def to_dspy(self) -> "dspy.Predict":
-        """A `dspy.Predict` program carrying this prompt's instruction and demos (DSPy renders it with
-        its own adapter: use `render`/`template` for the exact scored text)."""
-        from prompttune.dspy_bridge import require_dspy
-
-        require_dspy("to_dspy()")
-        from prompttune.dspy_bridge.program import ProgramMapping
-
-        mapping = ProgramMapping.build(self.spec, list(self.input_fields), list(self.demos), [])
-        return mapping.program(self.spec, list(self.demos))
-
-
 @dataclass
 class RunResult:
     """One search and its held-out verdict. `run_dir` is None for a run that wrote no directory."""
@@ -121,7 +100,7 @@ class RunResult:
     data_warnings: tuple[str, ...] = ()  # doubts about the data (a label seen once): shown, reported, not refused
     advice: tuple[str, ...] = ()  # one-line suggestions the run made (critique_advice: --proposer-model)
     backend: Backend | None = field(default=None, repr=False)  # a Backend object passed in: the caller's, still open
-    _rebuilt: Backend | None = field(default=None, init=False, repr=False)  # predict's own, after the run closed its
+    rebuilt: Backend | None = field(default=None, init=False, repr=False)  # prompttune.predict's, after the run closed its
 
     backend_use: dict[str, float] = field(default_factory=dict)  # search and verdict: BackendUse.summary
 
@@ -155,53 +134,16 @@ class RunResult:
         """The budgeted search ledger (the verdict's calls are on `confirm_ledger`)."""
         return self.search_ledger
 
-    def to_dspy(self) -> "dspy.Predict":
-        """The shipped prompt as a `dspy.Predict` program."""
-        return self.shipped.to_dspy()
-
     @property
     def serving(self) -> str:
         """How production is to serve the shipped prompt, as the verdict scored it: the run's serving contract."""
         return f"serving contract {self.config.contract}, scored by {scored_by(self.config.contract)}"
 
-    def _serving_backend(self) -> Backend:
-        """The backend `predict` asks: the one passed to the run, else the run's own, built again from its config
-        (the run closed it when it finished) and kept until `close()`."""
-        if self.backend is not None:
-            return self.backend
-        if self._rebuilt is None:
-            with loading(self.config, quietly=True):
-                self._rebuilt = build_backend(self.config)
-        return self._rebuilt
-
-    def predict(self, inputs: Mapping[str, Any] | str) -> str | None:
-        """The shipped prompt's label for one input, scored as the verdict scored the test split (the same
-        rendering, demos, label words, offsets and scoring) on the run's backend: a {field: text} mapping, or
-        the text itself for a task with one input field. None when a generated answer names no label."""
-        fields = self._input(inputs)
-        digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-        example = Example(f"predict-{digest}", fields, 0)  # the gold label is unknown and unused
-        with closing(ResultCache()) as cache:
-            evaluator = build_evaluator(self.config, self._serving_backend(), [example], self.train.values(), cache,
-                                        BudgetLedger())
-            record = evaluator.evaluate(self.verdict.shipped.spec, [example.id])[0]
-        return None if record.pred is None else self.labels[record.pred]
-
-    def _input(self, inputs: Mapping[str, Any] | str) -> dict[str, str]:
-        if isinstance(inputs, str):
-            if len(self.input_fields) != 1:
-                raise UserError(f"predict: this task has {len(self.input_fields)} input fields "
-                                f"({', '.join(self.input_fields)}); pass a dict with each")
-            return {self.input_fields[0]: inputs}
-        if missing := [name for name in self.input_fields if name not in inputs]:
-            raise UserError(f"predict: the input lacks the field(s) {', '.join(missing)}")
-        return {name: str(inputs[name]) for name in self.input_fields}
-
     def close(self) -> None:
-        """Release the backend `predict` built (a backend passed to the run stays the caller's to close)."""
-        if self._rebuilt is not None:
-            self._rebuilt.close()
-            self._rebuilt = None
+        """Release the backend `prompttune.predict` built (a backend passed to the run stays the caller's to close)."""
+        if self.rebuilt is not None:
+            self.rebuilt.close()
+            self.rebuilt = None
 
     def _figures(self) -> list[tuple[str, str]]:
         """What `summary()` and the notebook display show, as (what, value) rows."""

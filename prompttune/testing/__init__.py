@@ -14,8 +14,8 @@ from typing import Callable
 from prompttune.core.config import RunConfig
 from prompttune.core.types import Example
 from prompttune.engine.study import run_study
-from prompttune.optimizers.driver import SearchOutcome
 from prompttune.results.run import RunResult
+from prompttune.results.search_outcome import SearchOutcome
 from prompttune.scoring.confirmation import Verdict
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces.prompt import PromptSpec, render, select_demos

@@ -1,4 +1,4 @@
-"""The body of the module `prompttune export RUN --to python` writes (`prompttune.engine.export`
+"""The body of the module `prompttune export RUN --to python` writes (`prompttune.export.writers`
 puts its own docstring and the run's CONTRACT in place of this docstring and the empty one below,
 and copies in the label extraction the import below names): a classifier that calls an
 OpenAI-compatible server exactly as the run's verdict scored its prompts.
@@ -23,7 +23,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Sequence
 
-from prompttune.engine.served_helpers import (  # replaced by that module's code on export
+from prompttune.export.served_helpers import (  # replaced by that module's code on export
     ContractError,
     ServingError,
     constraint,

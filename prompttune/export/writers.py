@@ -348,7 +348,7 @@ def python_module(spec: PromptSpec, demos: list[Example], config: RunConfig, run
     body = body.replace(_EXTRACTION_IMPORT, extraction_code, 1)
     helpers = Path(__file__).with_name("served_helpers.py").read_text(encoding="utf-8")
     helpers_code = helpers[helpers.index(_HELPERS_START) + len(_HELPERS_START):].lstrip("\n") + "\n\n"
-    import_start = body.index("from prompttune.engine.served_helpers import (")
+    import_start = body.index("from prompttune.export.served_helpers import (")
     body = body[:import_start] + helpers_code + body[body.index(")\n", import_start) + 2:]
     body = body.replace(_EMPTY_CONTRACT, "CONTRACT: dict[str, Any] = " + pprint.pformat(
         contract, width=110, sort_dicts=False) + "\n", 1)
