@@ -13,12 +13,14 @@ import pytest
 import prompttune
 from prompttune.cli import main
 from prompttune.core.config import RunConfig
+from prompttune.core.types import Record
 from prompttune.engine import comparison, evaluate
 from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.study import run_study, run_versions
 from prompttune.results.arms import load_arm_run
 from prompttune.results.compare import CompareResult
 from prompttune.results.run import RunResult
+from prompttune.scoring.per_class import class_figures
 from prompttune.testing import SyntheticOracleBackend, colours_task_file
 from tests.support import oracle_config, oracle_for
 
@@ -127,3 +129,22 @@ def test_the_margin_reaches_evaluate_and_compare_from_the_command_line(tmp_path:
                  "--runs-dir", str(tmp_path / "eval")]) == 0
     summary = json.loads(next((tmp_path / "eval").glob("*/summary.json")).read_text())
     assert summary["per_class"]["logit"]["margin"] == 0.9 and summary["per_class"]["logit"]["losses"] == []
+
+
+def _records(golds: list[int], preds: list[int | None]) -> list[Record]:
+    return [Record(f"e{i}", g, p, None, None, 0, 0, False) for i, (g, p) in enumerate(zip(golds, preds))]
+
+
+def test_a_prompt_that_answers_one_label_is_flagged_with_the_majority_share() -> None:
+    """Under generation a prompt can win by answering at all while answering one class every time (the
+    reviewer-mood run: 0.000 → 0.558, every answer `1`): the warning says so beside the verdict."""
+    golds = [0, 0, 1, 1, 1]
+    figures = class_figures({"baseline": _records(golds, [None] * 5), "shipped": _records(golds, [1, 1, 1, None, 1])},
+                            {"baseline": "b", "shipped": "s"}, ["unfavourable", "favourable"], 0.05)
+    assert list(figures.one_label_prompts) == ["shipped"]
+    assert figures.warning() == ("the shipped prompt answers favourable whenever it answers a label, so it scores at "
+                                 "most that class's share (0.600; always answering the most frequent class, "
+                                 "favourable, scores 0.600)")
+    varied = class_figures({"baseline": _records(golds, [None] * 5), "shipped": _records(golds, [0, 1, 1, 1, 1])},
+                           {"baseline": "b", "shipped": "s"}, ["unfavourable", "favourable"], 0.05)
+    assert varied.one_label_prompts == {} and "answers" not in (varied.warning() or "")

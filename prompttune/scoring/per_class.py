@@ -55,11 +55,27 @@ class PerClass:
                 for role in self.prompts if role != ref for c in self.classes
                 if c.recall[ref] - c.recall[role] > self.margin]
 
+    @property
+    def one_label_prompts(self) -> dict[str, ClassFigures]:
+        """Each prompt (the reference aside) whose every labelled answer is one class, with that class: its
+        accuracy is at most the class's share, which a constant answer gets with no prompt at all."""
+        single = {}
+        for role in self.prompts:
+            predicted = [c for c in self.classes if c.precision[role] is not None]
+            if role != self.reference and len(self.classes) > 1 and len(predicted) == 1:
+                single[role] = predicted[0]
+        return single
+
     def warning(self) -> str | None:
-        """One line naming each lost class, or None."""
-        return "; ".join(f"the {loss.prompt} prompt loses {loss.label} ({loss.baseline:.3f} → {loss.after:.3f}, "
-                         f"{loss.after - loss.baseline:+.3f}, beyond the margin {self.margin})"
-                         for loss in self.losses) or None
+        """One line naming each lost class and each prompt that answers a single class, or None."""
+        total = sum(c.n for c in self.classes)
+        top = max(self.classes, key=lambda c: c.n)
+        losses = [f"the {loss.prompt} prompt loses {loss.label} ({loss.baseline:.3f} → {loss.after:.3f}, "
+                  f"{loss.after - loss.baseline:+.3f}, beyond the margin {self.margin})" for loss in self.losses]
+        constant = [f"the {role} prompt answers {c.label} whenever it answers a label, so it scores at most that "
+                    f"class's share ({c.n / total:.3f}; always answering the most frequent class, {top.label}, "
+                    f"scores {top.n / total:.3f})" for role, c in self.one_label_prompts.items()]
+        return "; ".join(losses + constant) or None
 
     def to_dict(self) -> dict:
         return {**asdict(self), "losses": [asdict(loss) for loss in self.losses]}
