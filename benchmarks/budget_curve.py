@@ -20,13 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prompttune.backends.factory import build_backend  # noqa: E402
 from prompttune.core.run_files import CACHE, read_leaders, read_prompt  # noqa: E402
-from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.results.run_record import read_run_config  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
 from prompttune.scoring.evaluator import Evaluator  # noqa: E402
 from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
 from prompttune.search_spaces.prompt import PromptSpec  # noqa: E402
 from prompttune.statistics.stats import paired_compare, wilson_ci  # noqa: E402
+from prompttune.tasks import load_run_task  # noqa: E402
 
 
 def main() -> None:

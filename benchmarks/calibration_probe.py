@@ -22,12 +22,12 @@ import numpy as np
 
 from prompttune.api import load_run
 from prompttune.backends.factory import build_backend
-from prompttune.engine.setup import load_run_task
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.prediction import debiased, label_bias
 from prompttune.search_spaces.demos import choose_demos
+from prompttune.tasks import load_run_task
 from prompttune.tasks.pools import exit_unless_tuning
 
 

@@ -28,11 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from prompttune.api import load_run  # noqa: E402
 from prompttune.backends.factory import build_backend  # noqa: E402
 from prompttune.core.run_files import CACHE  # noqa: E402
-from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.scoring import contract  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
 from prompttune.scoring.evaluator import build_evaluator  # noqa: E402
 from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
+from prompttune.tasks import load_run_task  # noqa: E402
 
 CONTRACTS = ("logprobs", "choice")
 

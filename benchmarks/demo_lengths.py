@@ -20,12 +20,13 @@ import numpy as np
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
 from prompttune.core.types import input_words
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_space
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.prediction import LogitPredictor, debiased, label_bias
 from prompttune.search_spaces.demos import choose_demos
+from prompttune.tasks import load_run_task
 from prompttune.tasks.pools import exit_unless_tuning
 
 

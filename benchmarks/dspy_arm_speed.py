@@ -44,9 +44,9 @@ from prompttune.core.config import RunConfig  # noqa: E402
 from prompttune.core.types import GenerateRequest, ScoreRequest  # noqa: E402
 from prompttune.dspy_bridge.arm import DspyOptions, Sizes  # noqa: E402
 from prompttune.dspy_bridge.optimizers import DSPY_OPTIMIZERS  # noqa: E402
-from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.engine.study import run_study  # noqa: E402
 from prompttune.results.run import RunResult  # noqa: E402
+from prompttune.tasks import load_run_task  # noqa: E402
 
 
 class Counting:

@@ -49,8 +49,8 @@ import prompttune  # noqa: E402
 from prompttune.backends.backend import Request, WrappedBackend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
 from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult  # noqa: E402
-from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.results.run import RunResult  # noqa: E402
+from prompttune.tasks import load_run_task  # noqa: E402
 from prompttune.testing import SyntheticOracleBackend  # noqa: E402
 
 # The H200 check at a7de703 (docs/results/gpu_2026-12-04.md), fp32 as `--dtype auto` picks on CUDA.

@@ -17,11 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from prompttune.backends.factory import build_backend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
-from prompttune.engine.setup import load_run_task  # noqa: E402
 from prompttune.scoring.cache import ResultCache  # noqa: E402
 from prompttune.scoring.evaluator import build_evaluator  # noqa: E402
 from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
 from prompttune.search_spaces import default_space  # noqa: E402
+from prompttune.tasks import load_run_task  # noqa: E402
 
 
 def main() -> None:

@@ -38,13 +38,14 @@ from rich.console import Console
 from prompttune.backends.backend import Backend
 from prompttune.backends.factory import build_backend
 from prompttune.core.config import RunConfig
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_space
 from prompttune.engine.study import run_study
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.search_spaces import Candidate
 from prompttune.statistics import get_objective
+from prompttune.tasks import load_run_task
 
 HERE = Path(__file__).resolve().parent
 # Arms beyond an optimizer's defaults: reflect on grid moves only (the grid holds no proposer or

@@ -30,7 +30,7 @@ from scipy.stats import mannwhitneyu
 from prompttune.api import load_run
 from prompttune.backends.factory import build_backend
 from prompttune.core.types import Record
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_space
 from prompttune.optimizers.reflect.race import race_score
 from prompttune.results.finished_run import FinishedRun
 from prompttune.scoring.cache import ResultCache
@@ -38,7 +38,7 @@ from prompttune.scoring.evaluator import Evaluator
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.prediction import LogitPredictor
 from prompttune.search_spaces.prompt import PromptSpec
-from prompttune.tasks import Task
+from prompttune.tasks import Task, load_run_task
 from prompttune.tasks.pools import exit_unless_tuning
 
 FINAL_PURPOSES = ("final race", "final")

@@ -11,8 +11,8 @@ from typing import Callable
 from prompttune.backends.backend import Backend, WrappedBackend
 from prompttune.core.config import RunConfig
 from prompttune.core.types import ChoiceRequest, GenerateRequest, ScoreRequest
-from prompttune.engine.setup import load_run_task
 from prompttune.results.run import RunResult
+from prompttune.tasks import load_run_task
 from prompttune.tasks.task import Task
 from prompttune.testing import SyntheticOracleBackend, colours_task_file
 

@@ -14,9 +14,9 @@ import torch
 from prompttune.backends.constrained import ChoiceWalk
 from prompttune.core.config import RunConfig
 from prompttune.core.types import ChoiceRequest
-from prompttune.engine.setup import load_run_task
 from prompttune.search_spaces import default_space
 from prompttune.search_spaces.prompt import render
+from prompttune.tasks import load_run_task
 
 
 def _reference(backend, text: str, choices: tuple[str, ...], bias: dict[int, float], vocab: list[str]) -> int | None:

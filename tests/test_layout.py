@@ -231,3 +231,11 @@ def test_rule_7_every_file_the_map_names_exists() -> None:
     named = set(re.findall(r"[\w/]*\w\.py\b", LAYOUT))
     assert [name for name in sorted(named) if not (ROOT / name).exists() and not any(
         path == name or path.endswith("/" + name) for path in packaged)] == []
+
+
+def test_rule_8_fewer_than_14_floors_and_no_circle_between_rooms() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "import_floors.py"), "--chain"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr  # a circle between rooms exits with its name
+    floors, *chain = done.stdout.split()
+    assert int(floors) == len(chain) < 14 and chain[-1] == "core", chain

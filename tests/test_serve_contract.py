@@ -17,7 +17,7 @@ from prompttune.core.run_files import write_page
 from prompttune.core.types import ChoiceRequest
 from prompttune.engine import comparison, evaluate, study
 from prompttune.engine.evaluate import run_evaluation
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_space
 from prompttune.engine.study import checked_search, run_study
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
 from prompttune.optimizers.strategy_contract import IncumbentSearch, TrialRequest, spec_candidate
@@ -31,6 +31,7 @@ from prompttune.scoring.contract import (
 from prompttune.scoring.prompt_sources import NamedPrompt
 from prompttune.scoring.serving import MIN_VALID_RATE, GenerationCheck, ServedPrompt
 from prompttune.search_spaces.prompt import render, select_demos
+from prompttune.tasks import load_run_task
 from prompttune.testing import colours_task_file
 from tests.support import CountingBackend, model_calls, oracle_config, oracle_for, task_of
 

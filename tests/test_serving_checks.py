@@ -15,7 +15,7 @@ from prompttune.backends.backend import Backend
 from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import ScoreRequest
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_space
 from prompttune.engine.study import run_study
 from prompttune.optimizers.cople import content_words
 from prompttune.optimizers.registry import STRATEGIES, Reach, optimizer_entry
@@ -23,7 +23,7 @@ from prompttune.optimizers.strategy_contract import Challenge, IncumbentSearch, 
 from prompttune.search_spaces.frozen import keep_frozen, missing_frozen
 from prompttune.search_spaces.prompt import PromptSpec, fixed_part, select_demos
 from prompttune.search_spaces.space import Dimension, SearchSpace
-from prompttune.tasks import SplitSizes
+from prompttune.tasks import SplitSizes, load_run_task
 from prompttune.testing import SyntheticOracleBackend, colours_task_file, error_rate_proposer, synthetic_task
 from tests.support import CountingBackend, model_calls, oracle_config, oracle_for
 

@@ -15,14 +15,14 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.engine.comparison import CompareRequest, run_compare
 from prompttune.engine.evaluate import load_evaluation_task, load_prompts
-from prompttune.engine.setup import load_run_task, load_space
+from prompttune.engine.setup import load_space
 from prompttune.engine.study import run_study
 from prompttune.results.evaluate import EvaluateConfig
 from prompttune.results.run_record import read_run_config
 from prompttune.search_spaces import default_space, render
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.search_spaces.user_prompt import parse_user_prompt
-from prompttune.tasks import SplitSizes, UserPrompt, load_task
+from prompttune.tasks import SplitSizes, UserPrompt, load_run_task, load_task
 from prompttune.tasks.user_prompt import read_prompt_file
 from prompttune.testing import colours_task_file
 from tests.support import oracle_config, oracle_for

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime
 import functools
+import importlib.metadata
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import prompttune
 from prompttune.core.run_files import CODE
 
 
@@ -29,10 +29,10 @@ def _git(source: Path, *args: str) -> str | None:
 def code_provenance() -> dict[str, Any]:
     """The package version, where it was imported from and, in a git checkout, its commit and whether
     the package's tracked files differ from it (`dirty`); None where git cannot tell."""
-    source = Path(prompttune.__file__).resolve().parent
+    source = Path(__file__).resolve().parent.parent  # the imported package, not the working directory
     commit = _git(source, "rev-parse", "HEAD")
     status = _git(source, "status", "--porcelain", "--untracked-files=no", "--", ".") if commit else None
-    return {"version": prompttune.__version__, "source": str(source), "commit": commit,
+    return {"version": importlib.metadata.version("prompttune"), "source": str(source), "commit": commit,
             "dirty": None if status is None else bool(status)}
 
 

@@ -23,7 +23,7 @@ from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.interrupt import StopRequest
 from prompttune.engine.run_dir import BackendFactory
-from prompttune.engine.setup import load_run_task, load_space, require_dev_budget
+from prompttune.engine.setup import load_space, require_dev_budget
 from prompttune.engine.study import checked_search, run_study
 from prompttune.optimizers import SearchContext
 from prompttune.results.arms import ArmRun, save_arm_run
@@ -32,6 +32,7 @@ from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.search_spaces import SearchSpace
+from prompttune.tasks import load_run_task
 from prompttune.tasks.task import Task
 
 

@@ -19,7 +19,8 @@ from prompttune.core.errors import UserError
 from prompttune.engine.arm_executors import make_executor
 from prompttune.engine.arm_runs import Draw, arm_key, draw_seed, split_seeds
 from prompttune.engine.run_dir import BackendFactory
-from prompttune.engine.setup import check_paths, load_run_task, run_contract
+from prompttune.engine.setup import check_paths, run_contract
+from prompttune.tasks import load_run_task
 from prompttune.tasks.task import Task
 
 

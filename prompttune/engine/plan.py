@@ -20,7 +20,7 @@ from prompttune.comparing.coverage import MODES
 from prompttune.comparing.fairness import caps_of
 from prompttune.core.config import RunConfig
 from prompttune.engine.compare_request import CompareRequest, check_compare
-from prompttune.engine.setup import load_run_task, load_space, run_contract
+from prompttune.engine.setup import load_space, run_contract
 from prompttune.engine.study import checked_search
 from prompttune.optimizers import SearchContext
 from prompttune.optimizers.registry import lookup
@@ -31,6 +31,7 @@ from prompttune.scoring import contract
 from prompttune.scoring.cache import ResultCache
 from prompttune.scoring.evaluator import build_evaluator
 from prompttune.scoring.ledger import BudgetLedger
+from prompttune.tasks import load_run_task
 from prompttune.tasks.task import Task
 
 PROBE_EXAMPLES = 8

@@ -17,7 +17,7 @@ from prompttune.scoring import contract
 from prompttune.search_spaces import SearchSpace, default_space
 from prompttune.statistics import Objective
 from prompttune.statistics.stats import AcceptRule
-from prompttune.tasks import SplitSizes, Task, load_task
+from prompttune.tasks import Task
 from prompttune.tasks.user_prompt import read_prompt_file
 
 RUN_DIR: ContextVar[Path | None] = ContextVar("run_dir", default=None)
@@ -39,12 +39,6 @@ def check_proposer_backend(config: RunConfig) -> None:
     """A bad --proposer-model fails before the task model spends its load time."""
     if config.proposer_model:
         check_backend(proposer_config(config))
-
-
-def load_run_task(config: RunConfig) -> Task:
-    """The task with the run's split sizes and split seed: the same splits for every reader."""
-    return load_task(config.task, config.data_dir,
-                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed, config.pool)
 
 
 def run_contract(config: RunConfig, task: Task) -> tuple[Serve, bool]:

@@ -35,7 +35,6 @@ from prompttune.engine.setup import (
     build_proposer_backend,
     check_paths,
     check_proposer_backend,
-    load_run_task,
     load_space,
     require_dev_budget,
     run_contract,
@@ -57,6 +56,7 @@ from prompttune.scoring.per_class import per_class
 from prompttune.search_spaces import Candidate, SearchSpace
 from prompttune.search_spaces.prompt import select_demos
 from prompttune.statistics import Objective, get_objective
+from prompttune.tasks import load_run_task
 from prompttune.tasks.task import Task
 
 

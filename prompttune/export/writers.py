@@ -60,7 +60,6 @@ from prompttune.core.run_files import (
     read_prompt,
 )
 from prompttune.core.types import Example, Prompt
-from prompttune.engine.setup import load_run_task
 from prompttune.results.prompt_formats import (
     OFFSETS,
     as_json,
@@ -83,6 +82,7 @@ from prompttune.scoring import contract, extraction
 from prompttune.scoring.evaluator import COT_MAX_NEW_TOKENS, MAX_NEW_TOKENS
 from prompttune.scoring.prediction import CONTENT_FREE
 from prompttune.search_spaces.prompt import PromptSpec
+from prompttune.tasks import load_run_task
 
 FORMATS = ("text", "json", "openai-chat", "dspy", "python")
 PYTHON_FORMAT = "prompttune-python/1"

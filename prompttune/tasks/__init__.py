@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from prompttune.core.config import RunConfig
 from prompttune.core.errors import UserError
 from prompttune.core.types import Example
 from prompttune.tasks.builtin import BUILTIN, load_builtin
@@ -28,4 +29,11 @@ def load_task(name_or_path: str, data_dir: str | Path | None = None,
     raise UserError(f"unknown task {name_or_path!r}: use one of {', '.join(BUILTIN)} or a task YAML file")
 
 
-__all__ = ["Example", "SplitSizes", "Task", "UserPrompt", "load_task"]
+
+def load_run_task(config: RunConfig) -> Task:
+    """The task with the run's split sizes and split seed: the same splits for every reader."""
+    return load_task(config.task, config.data_dir,
+                     SplitSizes(config.train_size, config.dev_size, config.test_size), config.split_seed, config.pool)
+
+
+__all__ = ["Example", "SplitSizes", "Task", "UserPrompt", "load_run_task", "load_task"]
