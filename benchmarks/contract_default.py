@@ -11,7 +11,9 @@ user who leaves the default and deploys the other way are
 
 and `choice` becomes the default if mean L_choice > mean L_logprobs.
 
-Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/contract_default.py RUN_DIR [RUN_DIR ...]
+Run: PROMPTTUNE_DATA_DIR=../shared/data python benchmarks/contract_default.py [--jobs 2] RUN_DIR [RUN_DIR ...]
+(--jobs: processes, each with its own model, scoring runs side by side; one thread each is the caller's
+OMP_NUM_THREADS=1)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import dataclasses
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import closing
 from pathlib import Path
 
@@ -35,10 +38,17 @@ from prompttune.scoring.ledger import BudgetLedger  # noqa: E402
 from prompttune.tasks import load_run_task  # noqa: E402
 
 CONTRACTS = ("logprobs", "choice")
+_BACKEND = None  # each worker process's model, built once by open_backend
 
 
-def test_accuracies(run_dir: Path, backend) -> tuple[str, int, str, dict[str, float]]:
+def open_backend(run_dir: Path) -> None:
+    global _BACKEND
+    _BACKEND = build_backend(load_run(run_dir).config)
+
+
+def test_accuracies(run_dir: Path) -> tuple[str, int, str, dict[str, float]]:
     """(task, split seed, the run's contract, {contract: the shipped prompt's test accuracy served that way})."""
+    backend = _BACKEND
     run = load_run(run_dir)
     task = load_run_task(run.config)
     test = task.splits["test"]
@@ -58,16 +68,16 @@ def test_accuracies(run_dir: Path, backend) -> tuple[str, int, str, dict[str, fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dirs", type=Path, nargs="+")
+    parser.add_argument("--jobs", type=int, default=1, help="processes scoring runs side by side")
     args = parser.parse_args()
-    backend = build_backend(load_run(args.run_dirs[0]).config)
     by_draw: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
     print("| run | task | split seed | searched under | test acc by logprobs | test acc by choice |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for run_dir in args.run_dirs:
-        task, seed, searched, accuracy = test_accuracies(run_dir, backend)
-        by_draw.setdefault((task, seed), {})[searched] = accuracy
-        print(f"| {run_dir.name} | {task} | {seed} | {searched} | {accuracy['logprobs']:.3f} | "
-              f"{accuracy['choice']:.3f} |", flush=True)
+    with ProcessPoolExecutor(args.jobs, initializer=open_backend, initargs=(args.run_dirs[0],)) as pool:
+        for run_dir, (task, seed, searched, accuracy) in zip(args.run_dirs, pool.map(test_accuracies, args.run_dirs)):
+            by_draw.setdefault((task, seed), {})[searched] = accuracy
+            print(f"| {run_dir.name} | {task} | {seed} | {searched} | {accuracy['logprobs']:.3f} | "
+                  f"{accuracy['choice']:.3f} |", flush=True)
     paired = {draw: runs for draw, runs in by_draw.items() if set(runs) == set(CONTRACTS)}
     print("\n| task | split seed | L_choice | L_logprobs |\n| --- | --- | --- | --- |")
     l_choice, l_logprobs = [], []
@@ -81,7 +91,6 @@ def main() -> None:
     default = "choice" if mean_choice > mean_logprobs else "logprobs"
     print(f"\nmean over {len(paired)} task-seeds: L_choice {mean_choice:+.4f}, L_logprobs {mean_logprobs:+.4f} "
           f"-> default: {default}")
-    backend.close()
 
 
 if __name__ == "__main__":

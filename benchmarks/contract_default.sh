@@ -37,4 +37,4 @@ status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 tail -n 3 "$RUNS"/worker-*.log
 if [ "$status" -ne 0 ]; then echo "a run failed (its worker's log above); nothing cross-scored" >&2; exit 1; fi
-"$PY" benchmarks/contract_default.py "$RUNS"/*/2*/
+"$PY" benchmarks/contract_default.py --jobs "${JOBS:-1}" "$RUNS"/*/2*/
