@@ -7,14 +7,16 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import prompttune
+from prompttune.backends.decode_cost import batch_decode_ratio, decoding_line
 from prompttune.core.errors import BackendUnavailable
-from prompttune.core.types import ScoreResult
+from prompttune.core.types import GenerateResult, ScoreResult
 from prompttune.optimizers.driver import SearchDriver
 from prompttune.optimizers.proposer import Proposer
 from prompttune.scoring.cache import ResultCache
@@ -180,6 +182,52 @@ def test_reflect_draws_four_parents_by_default_only_where_a_calls_texts_are_deco
     assert together == 4 and "4 parents per reflection step" in together_said
     assert search(CallCounter(problem.backend), parents=4)[1] == together_trials != alone_trials
     assert search(DecodesAlone(problem.backend), decode_together=True)[0] == 4
+
+
+class Measured(DecodesAlone):
+    """A model in process whose batch cost was measured: `ratio` = four texts in one call over one text's time."""
+
+    def __init__(self, inner, ratio: float) -> None:
+        super().__init__(inner)
+        self.ratio = ratio
+
+    @property
+    def batch_decode_ratio(self) -> float:
+        return self.ratio
+
+
+def test_reflects_default_follows_the_measured_batch_cost_of_a_model_in_process() -> None:
+    """Where a model in process decodes four texts in one batch for under two texts' time (a GPU), the default
+    draws four parents and decodes their texts together, as `decode_together=true` does; where each text costs its
+    own time (a CPU), it searches as one parent a step; the report states the measured cost either way."""
+    problem = OracleProblem.colours()
+
+    def search(backend, **options) -> tuple[int, list, str]:
+        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                                  backend=backend, options=options, record=False, check_generation=0)
+        race = run.strategy.optimizer
+        return race.parents, run.trials.load(), race.report_lines()[0]
+
+    gpu, gpu_trials, gpu_said = search(Measured(problem.backend, 1.1))
+    assert gpu == 4 and "4 parents per reflection step (the writer decodes 4 texts in 1.10× one text's time)" in gpu_said
+    assert gpu_trials == search(DecodesAlone(problem.backend), decode_together=True)[1]
+    cpu, cpu_trials, cpu_said = search(Measured(problem.backend, 3.6))
+    assert cpu == 1 and "1 parent per reflection step (the writer decodes 4 texts in 3.60× one text's time)" in cpu_said
+    assert cpu_trials == search(DecodesAlone(problem.backend), parents=1)[1]
+
+
+def test_the_batch_cost_is_timed_as_four_texts_in_one_call_over_one_text() -> None:
+    """A decoder whose time grows with each text gives about 4; one whose batch costs one text's time about 1."""
+    def timed(per_text: float, per_call: float):
+        def generate(requests):
+            time.sleep(per_call + per_text * len(requests))
+            return [GenerateResult("1, 2", (), 1, 1) for _ in requests]
+        return generate
+
+    assert 3.0 < batch_decode_ratio(timed(0.02, 0.0)) < 4.5
+    assert batch_decode_ratio(timed(0.0, 0.02)) < 1.5
+    assert decoding_line(None) is None and "one parent per step" in decoding_line(3.6)
+    assert "several parents per step and decodes their texts together" in decoding_line(1.1)
 
 
 def test_a_set_decoded_together_is_asked_whole_when_any_member_is_missing() -> None:

@@ -51,6 +51,12 @@ class Backend(ABC):
         requests), so several cost about one's time; False where they are decoded one after another."""
         return False
 
+    @property
+    def batch_decode_ratio(self) -> float | None:
+        """Time for several texts decoded in one call over one text's (`decode_cost`), where the backend measures
+        it because how it decodes is not known from its kind (a model in process: GPU or CPU); None elsewhere."""
+        return None
+
     def server_counts(self) -> dict[str, dict[str, int]]:
         """Per-server counters (requests, retries, failures, quarantines, readmissions) since the
         backend was built, for the run report; empty for a model run in process."""
@@ -140,6 +146,10 @@ class WrappedBackend(Backend):
     @property
     def renders_chat(self) -> bool:
         return self.inner.renders_chat
+
+    @property
+    def batch_decode_ratio(self) -> float | None:
+        return self.inner.batch_decode_ratio
 
     def capabilities(self) -> Capabilities:
         return self.inner.capabilities()

@@ -4,6 +4,7 @@ they run is transformers_setup.py; the decoding caches, transformers_cache.py.""
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 from collections import OrderedDict
@@ -15,6 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from prompttune.backends.backend import TokenizerBackend
 from prompttune.backends.constrained import ChoiceWalk, first_logprobs, first_token_bias, token_pieces
+from prompttune.backends.decode_cost import batch_decode_ratio
 from prompttune.backends.gguf_parts import gguf_tokenizer_and_config
 from prompttune.backends.transformers_cache import KV, append_cache, full_attention_only
 from prompttune.backends.transformers_setup import (
@@ -74,9 +76,8 @@ class TransformersBackend(TokenizerBackend):
     scored are exactly the full prompt's: a merge across the prefix/input boundary only shortens
     it. The prefix runs once, its key/value cache is expanded across each batch, and only the
     suffixes run, at their true positions. `prefix_reuse=False` forces the full-prompt path.
-    The states of recent prefixes are kept across calls, up to `prefix_memo_bytes` (the same
-    tokens give the same states, so a later call that shares one skips its forward pass: DSPy's
-    threads send one program's valset in many small calls, each with that program's prefix).
+    Recent prefixes' states are kept across calls, up to `prefix_memo_bytes` (DSPy's threads send
+    one program's valset in many small calls, each with that program's prefix).
 
     Settings chosen from measurement (benchmarks/throughput.py): torch uses one thread per
     physical core unless `threads` or OMP_NUM_THREADS says otherwise (hyperthreads share a core's
@@ -132,8 +133,7 @@ class TransformersBackend(TokenizerBackend):
             raise UserError(f"cannot load model {model!r}: {str(exc).splitlines()[0]}") from exc
         self.model.to(device).eval()
         # transformers 5 renamed `past_key_values` to `cache`; take whichever this version has.
-        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters \
-            else "past_key_values"
+        self._cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -146,8 +146,7 @@ class TransformersBackend(TokenizerBackend):
         self._pieces: dict[str, list[int]] | None = None  # the vocabulary's token texts, for constrained decoding
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
+        width, pad = max(len(r) for r in rows), self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
         return ids, mask
@@ -333,6 +332,10 @@ class TransformersBackend(TokenizerBackend):
                         walks[i].step(steps[row, -1, :])
         return [ChoiceResult(w.answer, s, len(p), len(t[w.answer]) if w.answer is not None else len(w.tokens))
                 for w, s, p, t in zip(walks, scores, prompts, labels)]
+
+    @functools.cached_property
+    def batch_decode_ratio(self) -> float | None:
+        return None if self.device == "cpu" else batch_decode_ratio(self.generate)  # CPU: see decode_cost
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         prompts = [self._encode(r.text) for r in requests]

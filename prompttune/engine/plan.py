@@ -14,6 +14,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from prompttune.backends.capabilities import Capabilities
+from prompttune.backends.decode_cost import decoding_line
 from prompttune.backends.factory import build_backend
 from prompttune.comparing.arms import arm_config
 from prompttune.comparing.coverage import MODES
@@ -47,6 +48,7 @@ class Probe:
     tokens_per_call: float
     seconds_per_call: float
     capabilities: Capabilities
+    decoding: str | None = None  # what a call's texts cost together, where reflect's default reads it
 
     def tokens_text(self, calls: int, cap_tokens: int | None) -> str:
         """The token cap, else what `calls` calls cost at the probe's tokens per call."""
@@ -75,8 +77,11 @@ def probe(config: RunConfig, task: Task, context: SearchContext, declared: bool,
         started = time.perf_counter()
         evaluator.evaluate(context.space.default_candidate().spec, context.dev_ids[:examples])
         seconds = time.perf_counter() - started
+        reflect_default = config.optimizer == "reflect" and not {"parents", "decode_together"} & set(
+            config.optimizer_options)
         return Probe(model.model_id, ledger.calls, ledger.tokens / max(ledger.calls, 1),
-                     seconds / max(ledger.calls, 1), capabilities)
+                     seconds / max(ledger.calls, 1), capabilities,
+                     decoding_line(model.batch_decode_ratio) if reflect_default else None)
 
 
 def strategy_line(config: RunConfig, context: SearchContext) -> str | None:
@@ -105,6 +110,7 @@ class RunPlan:
         return [f"dry run: {self.optimizer} on {self.probe.model}; no search call made", self.contract,
                 self.probe.capabilities.describe(),
                 *([self.strategy] if self.strategy else []),
+                *([self.probe.decoding] if self.probe.decoding else []),
                 f"search: at most {self.search_calls} model calls (--budget), "
                 f"{self.probe.tokens_text(self.search_calls, self.search_tokens)}",
                 f"held-out verdict: at most {self.verdict_calls} calls (baseline and winner on every test "

@@ -22,8 +22,9 @@ class ReflectOptions(OptimizerOptions):
                                 "scored together and their critiques, then their edits, are written in one generate "
                                 "call each (1: one parent per step, each drawn after the last child's race). Unset: "
                                 "4 where the backend that writes the texts decodes a call's texts together (vLLM, "
-                                "OpenAI-compatible servers) or with decode_together; else 1 (the transformers "
-                                "backend decodes them one after another, so four parents make a budget slower)")
+                                "OpenAI-compatible servers), with decode_together, or on a model in process timed "
+                                "to decode four texts in under two texts' time (a GPU; decoded together then); "
+                                "else 1 (on a CPU four parents make a budget slower)")
     decode_together: bool = Field(False, description="with several parents, decode a step's critiques, then its "
                                   "edits, in one batch: faster where the backend decodes one request group at a "
                                   "time (transformers); each text then depends on the step's set (off: each alone)")

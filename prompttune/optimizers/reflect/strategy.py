@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterator
 
+from prompttune.backends.decode_cost import CHEAP, TEXTS
 from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.reflect.calibration import calibration_said
@@ -88,9 +89,11 @@ class ReflectiveRace(Optimizer):
         self.pool = Pool(context.space, self.memo)
         self.race = Race(self.pool, context.dev_ids, self.first_block(context, options), options.race_score,
                          context.score, self.baseline, options.calibration if context.label_offsets else "off")
-        self.moves = Moves(context, options, self.pool, self.rng, self.proposer)
+        self.decode_ratio: float | None = None  # the writer's measured batch cost, where the default needed it
+        self.parents, together = self._decoding()
+        self.moves = Moves(context, options.model_copy(update={"decode_together": together}), self.pool, self.rng,
+                           self.proposer)
         self.final = FinalRace(self.pool, self.race, options, self.baseline)
-        self.parents = self._parents()
         self.steps = 0
         self.plan = self._search()
 
@@ -135,14 +138,20 @@ class ReflectiveRace(Optimizer):
         yield from self._evolve()
         yield from self.final.run(self.context)
 
-    def _parents(self) -> int:
-        """`parents` as set, or by what the texts cost: several parents save time only where their critiques are
-        decoded together (the backend that writes them does, or `decode_together`); one after another, four
-        parents make the same budget slower (measured on CPU: docs/results/engine_overhead.md)."""
-        if self.options.parents is not None:
-            return self.options.parents
-        together = self.options.decode_together or self.proposer is None or self.proposer.backend.decodes_together
-        return SEVERAL_PARENTS if together else 1
+    def _decoding(self) -> tuple[int, bool]:
+        """(`parents`, whether a step's texts decode in one batch) as set, or by what texts cost the backend that
+        writes them: several parents save time only where their texts decode together, on a backend that sends a
+        call's texts at once (vLLM, servers) or a model in process whose four texts in one batch were measured
+        under two texts' time (a GPU: `backends/decode_cost.py`); one after another (a CPU), four parents make
+        the same budget slower (docs/results/engine_overhead.md)."""
+        options = self.options
+        if options.parents is not None or self.proposer is None:
+            return options.parents or SEVERAL_PARENTS, options.decode_together
+        backend = self.proposer.backend
+        if options.decode_together or backend.decodes_together:
+            return SEVERAL_PARENTS, options.decode_together
+        self.decode_ratio = backend.batch_decode_ratio
+        return (SEVERAL_PARENTS, True) if self.decode_ratio is not None and self.decode_ratio < CHEAP else (1, False)
 
     def _screen(self) -> Iterator[TrialRequest]:
         """Distinct draws on the first block; the best `2 × pool` go on to a block twice as long, and
@@ -262,8 +271,10 @@ class ReflectiveRace(Optimizer):
         chosen = leader is not None and (leader.spec.calibrate or bool(leader.spec.label_bias))
         refit = leader is not None and leader.id in final.refits
         said = calibration_said(self.options.calibration, self.context.serve, self.context.label_offsets)
+        measured = (f" (the writer decodes {TEXTS} texts in {self.decode_ratio:.2f}× one text's time)"
+                    if self.decode_ratio is not None else "")
         lines = [f"Reflective race: {len(self.pool.candidates)} prompts scored ({self.steps} evolution steps, "
-                 f"{self.parents} parent{'s' if self.parents > 1 else ''} per reflection step; children by "
+                 f"{self.parents} parent{'s' if self.parents > 1 else ''} per reflection step{measured}; children by "
                  f"move: {made}); race block {len(self.race.block)} dev examples; finalists on "
                  f"{len(final.final_ids)} dev examples; calibration {said}"
                  f"{', chosen by the leader' if chosen else ''}"
