@@ -70,6 +70,19 @@ def main() -> None:
     parser.add_argument("run_dirs", type=Path, nargs="+")
     parser.add_argument("--jobs", type=int, default=1, help="processes scoring runs side by side")
     args = parser.parse_args()
+    print("Each run in its own contract (its verdict):\n")
+    print("| run | task | split seed | contract | baseline test acc | shipped test acc | gain | leader's one-sided p "
+          "| confirmed |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for run_dir in args.run_dirs:
+        run = load_run(run_dir)
+        verdict = run.facts["verdict"]  # verdict.json as the run wrote it
+        tested = verdict["tested"]
+        leader = tested[0]["confirmation"] if tested else verdict["baseline_only"]
+        shipped = next((t["confirmation"] for t in tested if t["confirmed"]), verdict["baseline_only"])
+        print(f"| {run_dir.name} | {run.config.task} | {run.config.split_seed} | {run.config.contract} | "
+              f"{shipped['baseline_accuracy']:.3f} | {shipped['best_accuracy']:.3f} | {shipped['gain']:+.3f} | "
+              f"{leader['comparison']['p_one_sided']:.3g} | {'yes' if run.confirmed else 'no'} |")
+    print("\nEach run's shipped prompt served both ways:\n")
     by_draw: dict[tuple[str, int], dict[str, dict[str, float]]] = {}
     print("| run | task | split seed | searched under | test acc by logprobs | test acc by choice |")
     print("| --- | --- | --- | --- | --- | --- |")
