@@ -144,7 +144,8 @@ def test_a_prompt_that_answers_one_label_is_flagged_with_the_majority_share() ->
     assert list(figures.one_label_prompts) == ["shipped"]
     assert figures.warning() == ("the shipped prompt answers favourable whenever it answers a label, so it scores at "
                                  "most that class's share (0.600; always answering the most frequent class, "
-                                 "favourable, scores 0.600)")
+                                 "favourable, scores 0.600; `--objective macro_f1` searches for prompts that "
+                                 "tell the classes apart)")
     varied = class_figures({"baseline": _records(golds, [None] * 5), "shipped": _records(golds, [0, 1, 1, 1, 1])},
                            {"baseline": "b", "shipped": "s"}, ["unfavourable", "favourable"], 0.05)
     assert varied.one_label_prompts == {} and "answers" not in (varied.warning() or "")

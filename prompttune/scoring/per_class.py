@@ -74,7 +74,8 @@ class PerClass:
                   f"{loss.after - loss.baseline:+.3f}, beyond the margin {self.margin})" for loss in self.losses]
         constant = [f"the {role} prompt answers {c.label} whenever it answers a label, so it scores at most that "
                     f"class's share ({c.n / total:.3f}; always answering the most frequent class, {top.label}, "
-                    f"scores {top.n / total:.3f})" for role, c in self.one_label_prompts.items()]
+                    f"scores {top.n / total:.3f}; `--objective macro_f1` searches for prompts that tell the "
+                    "classes apart)" for role, c in self.one_label_prompts.items()]
         return "; ".join(losses + constant) or None
 
     def to_dict(self) -> dict:
