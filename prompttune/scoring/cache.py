@@ -9,10 +9,12 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+_KEY_JSON = json.JSONEncoder(ensure_ascii=False)  # `json.dumps(parts, ensure_ascii=False)`, built once
+
 
 def cache_key(*parts: Any) -> str:
     """Hash of the model identity, exact prompt, scoring mode/decoding and example id."""
-    return hashlib.sha256(json.dumps(parts, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(_KEY_JSON.encode(parts).encode()).hexdigest()
 
 
 class ResultCache:

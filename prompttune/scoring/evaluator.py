@@ -22,7 +22,7 @@ from prompttune.scoring.metered_cache import MeteredCache
 from prompttune.scoring.metering import Meter, choose_values, generate_values, score_values
 from prompttune.scoring.prediction import Scoring, make_predictor
 from prompttune.scoring.records import CONTENT_FREE_PREFIX, Mode, Output, Query
-from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, select_demos
+from prompttune.search_spaces.prompt import PromptSpec, fixed_part, render, render_many, select_demos
 
 __all__ = ["Evaluator", "build_evaluator", "Output", "Query", "Record", "Scoring", "prompt_tokens", "shared_prefix"]
 
@@ -161,7 +161,7 @@ class Evaluator:
         demos = select_demos(spec, self.demo_pool)
         if {d.id for d in demos} & set(ids):
             raise UserError("a demo example is also being scored; demos must come from the train split")
-        prompts = [render(spec, ex, demos) for ex in examples]
+        prompts = render_many(spec, examples, demos)
         texts = [self.backend.to_text(p) for p in prompts]
         prefix = shared_prefix(self.backend, spec, demos)
         if mode == "generate":

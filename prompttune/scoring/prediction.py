@@ -36,38 +36,40 @@ Prompts = PromptSpec | Sequence[PromptSpec]
 CONTENT_FREE = ("N/A", "", "[MASK]")
 
 
-def label_logsumexp(values: np.ndarray) -> float:
-    """`scipy.special.logsumexp` of one label set, operation for operation (the same floats: offsets
-    and candidate ids must not move) without its array-API dispatch, which took over half of a
-    search's engine time: it runs once per calibrated answer."""
-    top = values.max()
+def label_logsumexp(values: np.ndarray) -> np.ndarray:
+    """`scipy.special.logsumexp` over the last axis (one label set per row), kept as a length-1 axis, operation
+    for operation (the same floats: offsets and candidate ids must not move) without its array-API dispatch.
+    Whole batches go at once: one call per calibrated answer took half of a search's engine time."""
+    top = values.max(axis=-1, keepdims=True)
     at_top = values == top
-    count = at_top.sum(dtype=values.dtype)
-    rest = np.exp(np.where(at_top, -np.inf, values) - top).sum()
-    return float(np.log1p(rest if rest == 0 else rest / count) + np.log(count) + top)
+    count = at_top.sum(axis=-1, dtype=values.dtype, keepdims=True)
+    rest = np.exp(np.where(at_top, -np.inf, values) - top).sum(axis=-1, keepdims=True)
+    return np.log1p(np.where(rest == 0, rest, rest / count)) + np.log(count) + top
 
 
-def normalized_logprobs(logprobs: Sequence[float]) -> np.ndarray:
-    """Log-probabilities renormalised over the label set (they sum to 1 in probability)."""
+def normalized_logprobs(logprobs: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Log-probabilities renormalised over the label set (they sum to 1 in probability); a 2-D array is one
+    label set per row."""
     values = np.asarray(logprobs, dtype=float)
     return values - label_logsumexp(values)
 
 
-def calibrate(logprobs: Sequence[float], bias: np.ndarray) -> tuple[float, ...]:
-    """log of p / bias, renormalised: the calibrated label distribution of one example."""
-    return tuple(float(x) for x in normalized_logprobs(normalized_logprobs(logprobs) - np.log(bias)))
+def calibrate(logprobs: Sequence[float] | np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """log of p / bias, renormalised: the calibrated label distribution of one example (or one per row)."""
+    return normalized_logprobs(normalized_logprobs(logprobs) - np.log(bias))
 
 
-def debiased(logprobs: Sequence[float], bias: Sequence[float]) -> tuple[float, ...]:
-    """Batch calibration of one example: normalised label log-probabilities less `bias`, renormalised."""
-    return tuple(float(x) for x in normalized_logprobs(normalized_logprobs(logprobs) - np.asarray(bias)))
+def debiased(logprobs: Sequence[float] | np.ndarray, bias: Sequence[float]) -> np.ndarray:
+    """Batch calibration of one example (or one per row): normalised label log-probabilities less `bias`,
+    renormalised."""
+    return normalized_logprobs(normalized_logprobs(logprobs) - np.asarray(bias))
 
 
 def label_bias(records: Sequence[Record]) -> tuple[float, ...]:
     """Batch calibration's offsets: the mean normalised label log-probabilities over `records`' inputs
     (their labels unused)."""
-    rows = [normalized_logprobs(r.label_logprobs) for r in records if r.label_logprobs]
-    return tuple(float(x) for x in np.mean(rows, axis=0)) if rows else ()
+    rows = [r.label_logprobs for r in records if r.label_logprobs]
+    return tuple(np.mean(normalized_logprobs(rows), axis=0).tolist()) if rows else ()
 
 
 def average_probabilities(members: Sequence[Sequence[float]]) -> tuple[float, ...]:
@@ -77,8 +79,10 @@ def average_probabilities(members: Sequence[Sequence[float]]) -> tuple[float, ..
 
 
 def _argmax(values: Sequence[float]) -> int:
-    """First maximum, so ties resolve to the lower label index as in direct scoring."""
-    return int(np.argmax(values))
+    """First maximum, so ties resolve to the lower label index as in direct scoring (NaN first, as numpy
+    has it)."""
+    best = max(values)
+    return values.index(best) if best == best and all(v == v for v in values) else int(np.argmax(values))
 
 
 def _specs(prompts: Prompts) -> tuple[PromptSpec, ...]:
@@ -153,11 +157,16 @@ class LogitPredictor(Predictor):
         return records
 
 
-def _adjusted(records: Sequence[Record], adjust: Callable[[Sequence[float]], tuple[float, ...]]) -> list[Record]:
-    """Each record's label scores adjusted (calibration), its prediction their argmax; records without
-    label scores as they are."""
-    adjusted = [adjust(r.label_logprobs) if r.label_logprobs else None for r in records]
-    return [r if a is None else replace(r, pred=_argmax(a), label_logprobs=a) for r, a in zip(records, adjusted)]
+def _adjusted(records: Sequence[Record], adjust: Callable[[np.ndarray], np.ndarray]) -> list[Record]:
+    """Each record's label scores adjusted (calibration: `adjust` takes one label set per row), its prediction
+    their argmax; records without label scores as they are."""
+    scored = [i for i, r in enumerate(records) if r.label_logprobs]
+    adjusted = list(records)
+    if scored:
+        rows = adjust(np.array([records[i].label_logprobs for i in scored], dtype=float))
+        for i, row, pred in zip(scored, rows.tolist(), rows.argmax(axis=1).tolist()):
+            adjusted[i] = replace(records[i], pred=pred, label_logprobs=tuple(row))
+    return adjusted
 
 
 def direct_records(evaluator: OutputSource, spec: PromptSpec, example_ids: Sequence[str]) -> list[Record]:

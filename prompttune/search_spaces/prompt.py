@@ -99,6 +99,12 @@ def _split_trailing_space(text: str) -> tuple[str, str]:
 
 def render(spec: PromptSpec, example: Example, demos: Sequence[Example]) -> Prompt:
     """Render the query `example` with `demos` (labels shown) in the spec's format."""
+    return render_many(spec, [example], demos)[0]
+
+
+def render_many(spec: PromptSpec, examples: Sequence[Example], demos: Sequence[Example]) -> list[Prompt]:
+    """`render` of each of `examples`: what the spec and its demos fix is built once (a search renders
+    tens of thousands of prompts)."""
     instruction = spec.instruction.replace("{labels}", _labels_text(spec))
     if spec.cot and instruction:
         instruction = f"{instruction} {COT_TRIGGER}"
@@ -106,17 +112,21 @@ def render(spec: PromptSpec, example: Example, demos: Sequence[Example]) -> Prom
         instruction = COT_TRIGGER
     shots = [_render_input(spec, d) + spec.intra_separator + spec.output_template.replace(
         "{}", spec.label_words[d.label]) for d in demos]
-    query_input = _render_input(spec, example)
-    body_parts = shots + [query_input]
-    body = spec.inter_separator.join(body_parts)
+    prefix, carried_space = _split_trailing_space(spec.output_prefix)
+    continuations = tuple(carried_space + word for word in spec.label_words)
+    return [_render_query(spec, instruction, shots, prefix, continuations, _render_input(spec, example))
+            for example in examples]
+
+
+def _render_query(spec: PromptSpec, instruction: str, shots: list[str], prefix: str,
+                  continuations: tuple[str, ...], query_input: str) -> Prompt:
+    body = spec.inter_separator.join(shots + [query_input])
     if instruction and spec.instruction_position == "before":
         user = instruction + spec.instruction_separator + body
     elif instruction:
         user = body + spec.instruction_separator + instruction
     else:
         user = body
-    prefix, carried_space = _split_trailing_space(spec.output_prefix)
-    continuations = tuple(carried_space + word for word in spec.label_words)
     if spec.chat:
         messages = ((("system", spec.system),) if spec.system else ()) + (("user", user),)
         return Prompt(messages=messages, assistant_prefix=prefix, label_continuations=continuations)

@@ -63,8 +63,8 @@ class Pool:
         return candidate
 
     def missing(self, candidate: Candidate, ids: Sequence[str]) -> tuple[str, ...]:
-        seen = self.answers.get(candidate.id, {})
-        return tuple(i for i in ids if i not in seen)
+        seen = self.answers.get(candidate.id)
+        return tuple([i for i in ids if i not in seen] if seen else ids)
 
     def records(self, candidate: Candidate, ids: Sequence[str]) -> list[Record]:
         seen = self.answers[candidate.id]
