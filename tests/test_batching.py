@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -163,18 +164,21 @@ class DecodesAlone(CallCounter):
         return False
 
 
+def _reflect_parents(problem: OracleProblem, backend, **options) -> tuple[int, list, str]:
+    """reflect at budget 800 on `backend`: the parents it drew per step, its trials and its report's first line."""
+    run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+                              backend=backend, options=options, record=False, check_generation=0)
+    race = run.strategy.optimizer
+    return race.parents, run.trials.load(), race.report_lines()[0]
+
+
 def test_reflect_draws_four_parents_by_default_only_where_a_calls_texts_are_decoded_together() -> None:
     """Unset, `parents` is 4 where the backend decodes a call's texts together (the oracle says it does, as vLLM
     and servers do) or with `decode_together`, and 1 where it decodes them one by one: there the default searches
     exactly as `parents=1` does, trial for trial, and the report says how many parents a step drew."""
     problem = OracleProblem.colours()
 
-    def search(backend, **options) -> tuple[int, list, str]:
-        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
-                                  backend=backend, options=options, record=False, check_generation=0)
-        race = run.strategy.optimizer
-        return race.parents, run.trials.load(), race.report_lines()[0]
-
+    search = partial(_reflect_parents, problem)
     alone, alone_trials, alone_said = search(DecodesAlone(problem.backend))
     assert alone == 1 and "1 parent per reflection step" in alone_said
     assert search(DecodesAlone(problem.backend), parents=1)[1] == alone_trials
@@ -202,12 +206,7 @@ def test_reflects_default_follows_the_measured_batch_cost_of_a_model_in_process(
     own time (a CPU), it searches as one parent a step; the report states the measured cost either way."""
     problem = OracleProblem.colours()
 
-    def search(backend, **options) -> tuple[int, list, str]:
-        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
-                                  backend=backend, options=options, record=False, check_generation=0)
-        race = run.strategy.optimizer
-        return race.parents, run.trials.load(), race.report_lines()[0]
-
+    search = partial(_reflect_parents, problem)
     gpu, gpu_trials, gpu_said = search(Measured(problem.backend, 1.1))
     assert gpu == 4 and "4 parents per reflection step (the writer decodes 4 texts in 1.10× one text's time)" in gpu_said
     assert gpu_trials == search(DecodesAlone(problem.backend), decode_together=True)[1]
