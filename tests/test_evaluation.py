@@ -68,6 +68,18 @@ def test_two_processes_missing_one_key_both_read_the_first_answer_stored(tmp_pat
     assert [r.pred for r in late.evaluate(spec, dev)] == stored and other_model.calls == 40
 
 
+def test_values_read_are_kept_but_a_key_missed_is_read_again_and_the_first_value_stays(tmp_path: Path) -> None:
+    """The in-memory copy of values read never hides what another process stores later, nor lets a second store
+    of a key win: what a reader gets is always the file's first value."""
+    reader, writer = ResultCache(tmp_path / "c.sqlite"), ResultCache(tmp_path / "c.sqlite")
+    writer.put_many([("a", {"logprobs": [0.0]})])
+    assert reader.get_many(["a", "b"]) == {"a": {"logprobs": [0.0]}}
+    writer.put_many([("b", {"logprobs": [1.0]}), ("a", {"logprobs": [9.0]})])
+    reader.put_many([("a", {"logprobs": [7.0]})])
+    assert reader.get_many(["a", "b"]) == {"a": {"logprobs": [0.0]}, "b": {"logprobs": [1.0]}}
+    assert ResultCache(tmp_path / "c.sqlite").get_many(["a"]) == {"a": {"logprobs": [0.0]}}
+
+
 def test_cap_is_hard_and_ledger_equals_backend_calls() -> None:
     task, backend, ledger, evaluator = _setup(cap=50)
     space = default_space(task)

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 _KEY_JSON = json.JSONEncoder(ensure_ascii=False)  # `json.dumps(parts, ensure_ascii=False)`, built once
+# Values read are kept in memory, up to this many (then forgotten all at once): a key keeps its first stored value
+# (`put_many`), so a kept value never goes stale, and a search reads most answers again (twins, final races).
+READ_MEMO_ENTRIES = 200_000
 
 
 def cache_key(*parts: Any) -> str:
@@ -32,16 +35,21 @@ class ResultCache:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS results (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
         self._db.commit()
+        self._read: dict[str, Any] = {}
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
-        found: dict[str, Any] = {}
         with self._lock:
-            for start in range(0, len(keys), 500):
-                chunk = keys[start:start + 500]
+            found = {key: self._read[key] for key in keys if key in self._read}
+            unread = [key for key in keys if key not in found]
+            for start in range(0, len(unread), 500):
+                chunk = unread[start:start + 500]
                 marks = ",".join("?" * len(chunk))
                 for key, value in self._db.execute(f"SELECT key, value FROM results WHERE key IN ({marks})",
                                                    chunk):
                     found[key] = json.loads(value)
+            if len(self._read) > READ_MEMO_ENTRIES:
+                self._read.clear()
+            self._read.update((key, found[key]) for key in unread if key in found)
         return found
 
     def put_many(self, items: Iterable[tuple[str, Any]]) -> None:
