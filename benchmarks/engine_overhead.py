@@ -10,7 +10,9 @@ accuracies and writes scripted instructions), wrapped so every backend call is l
     then the top of a cProfile profile of a second, profiled run.
 (b) A latency model of the H200 check at a7de703 (docs/results/gpu_2026-12-04.md: transformers backend, fp32 as
     `--dtype auto` picks on CUDA, the real embedded weights), on a virtual clock: a scoring call adds
-    `per_call + per_row x rows`, a generating call `per_generation` per call ("free" batching: a launch-bound
+    `per_call + per_row x rows` (a constrained-choice call too, under `choice`, the default contract: unmeasured on
+    the H200, charged as the one forward pass at the answer position it takes where the labels' first tokens
+    are distinct, as agnews's are), a generating call `per_generation` per call ("free" batching: a launch-bound
     decode costs about the same at batch 1 and batch 8) or per row ("linear": no gain from batching) — batched
     generation was not measured on the H200, so both bounds are printed. Each bound is a backend of its own, and
     the search is run on each: "free" is one that decodes a call's texts together (vLLM, a pool of servers),
@@ -48,7 +50,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import prompttune  # noqa: E402
 from prompttune.backends.backend import Request, WrappedBackend  # noqa: E402
 from prompttune.core.config import RunConfig  # noqa: E402
-from prompttune.core.types import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult  # noqa: E402
+from prompttune.core.types import (  # noqa: E402
+    ChoiceRequest,
+    ChoiceResult,
+    GenerateRequest,
+    GenerateResult,
+    ScoreRequest,
+    ScoreResult,
+)
 from prompttune.results.run import RunResult  # noqa: E402
 from prompttune.tasks import load_run_task  # noqa: E402
 from prompttune.testing import SyntheticOracleBackend  # noqa: E402
@@ -127,6 +136,14 @@ class CallLog(WrappedBackend):
         finally:
             self.inside += time.process_time() - start
 
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        self._log("choice", requests)
+        start = time.process_time()
+        try:
+            return self.inner.choose(requests)
+        finally:
+            self.inside += time.process_time() - start
+
     def stop(self) -> None:
         self.engine = time.process_time() - self.started - self.inside
 
@@ -177,7 +194,7 @@ def run(arm: str, budget: int, together: bool, profile: cProfile.Profile | None 
 
 def modelled(log: CallLog, model: LatencyModel) -> dict[str, float]:
     """Scoring, generation and engine seconds of the whole run, and the calls and rows counted."""
-    return {"scoring": sum(model.seconds(c.kind, c.rows) for c in log.calls if c.kind == "score"),
+    return {"scoring": sum(model.seconds(c.kind, c.rows) for c in log.calls if c.kind != "generate"),
             "generation": sum(model.seconds(c.kind, c.rows) for c in log.calls if c.kind == "generate"),
             "engine": log.engine, "calls": len(log.calls), "rows": sum(c.rows for c in log.calls),
             "generate_calls": sum(c.kind == "generate" for c in log.calls),

@@ -79,7 +79,7 @@ def optimize(task: str | Path | Task = "agnews", *, optimizer: str = RunConfig.m
     `record=False` writes no run directory. Any other `RunConfig` field is a keyword (`seed`,
     `split_seed`, `dev_size`, `model`, `dtype`, `alpha`, `runs_dir`, ...); `serve="generate"` declares that
     production lets the model answer (the verdict then generates; default: the task file's `serve:`, else
-    `logprobs`), `check_generation=0` turns off the generation check that runs after a `logprobs` verdict.
+    `choice`), `check_generation=0` turns off the generation check that runs after a `choice` or `logprobs` verdict.
 
     >>> import prompttune
     >>> from prompttune.testing import SyntheticOracleBackend, demo_task

@@ -28,6 +28,10 @@ class SlowBackend(CountingBackend):
         time.sleep(0.004 * len(requests))
         return super().score(requests)
 
+    def choose(self, requests):
+        time.sleep(0.004 * len(requests))
+        return super().choose(requests)
+
 
 def one_request_at_a_time() -> None:
     """No requests answered ahead (tests/test_batching.py covers that): a round's trials then reach the model one

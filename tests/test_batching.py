@@ -39,6 +39,10 @@ class CallCounter(CountingBackend):
         self.batches += 1
         return super().score(requests)
 
+    def choose(self, requests):
+        self.batches += 1
+        return super().choose(requests)
+
     def generate(self, requests):
         self.batches += 1
         self.generate_batches += 1
@@ -77,8 +81,8 @@ def test_a_batch_asked_ahead_holds_about_ten_seconds_of_rows_and_changes_no_tria
         backend, sizes = CallCounter(problem.backend), []
         score = backend.score
         backend.score = lambda requests: (sizes.append(len(requests)), score(requests))[1]
-        run = prompttune.optimize(problem.task, optimizer="sh", budget=600, space=problem.space, backend=backend,
-                                  record=False, check_generation=0)
+        run = prompttune.optimize(problem.task, optimizer="sh", serve="logprobs", budget=600, space=problem.space,
+                                  backend=backend, record=False, check_generation=0)
         return run.trials.load(), sizes
 
     unbounded, unbounded_sizes = search(float("inf"))
@@ -144,7 +148,7 @@ def test_reflect_with_several_parents_writes_their_critiques_and_edits_in_one_ge
         sizes: list[int] = []
         generate = backend.generate
         backend.generate = lambda requests: (sizes.append(len(requests)), generate(requests))[1]
-        run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+        run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=800, space=problem.space,
                                   backend=backend, options={"parents": parents}, record=False, check_generation=0)
         written = run.search_ledger.calls_by_kind["propose"]
         race = run.strategy.optimizer
@@ -166,7 +170,7 @@ class DecodesAlone(CallCounter):
 
 def _reflect_parents(problem: OracleProblem, backend, **options) -> tuple[int, list, str]:
     """reflect at budget 800 on `backend`: the parents it drew per step, its trials and its report's first line."""
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=800, space=problem.space,
                               backend=backend, options=options, record=False, check_generation=0)
     race = run.strategy.optimizer
     return race.parents, run.trials.load(), race.report_lines()[0]
@@ -265,7 +269,7 @@ def test_a_text_of_an_earlier_together_set_never_asked_is_decoded_alone_when_ask
 
 def _reflect_together(tmp_path: Path, cache: Path, together: bool) -> tuple[list[dict], list[str]]:
     problem = OracleProblem.colours()
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=800, space=problem.space,
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=800, space=problem.space,
                               backend=BatchMarking(problem.backend), cache=str(cache), runs_dir=str(tmp_path),
                               options={"parents": 3, "decode_together": together}, check_generation=0)
     ledger = {k: v for k, v in run.search_ledger.summary().items() if k != "calls_by_kind"}  # hits named apart

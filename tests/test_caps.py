@@ -232,6 +232,10 @@ class SlowRows(CountingBackend):
         time.sleep(0.02 * len(requests))
         return super().score(requests)
 
+    def choose(self, requests):
+        time.sleep(0.02 * len(requests))
+        return super().choose(requests)
+
 
 def test_the_wall_time_estimate_counts_rows_where_the_model_answered_them(tmp_path: Path) -> None:
     """Answers fetched ahead in one batch are charged over many later trials: counted by charges, the rate read

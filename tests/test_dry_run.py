@@ -63,7 +63,7 @@ def test_dry_run_states_the_serving_contract(
     if serve:  # the search generates itself: nothing is kept back from its budget
         assert line.startswith("serving contract: generate (") and "kept back" not in line
     else:
-        assert line.startswith("serving contract: logprobs (") and "set `serve: generate`" in line
+        assert line.startswith("serving contract: choice (") and "set `serve: generate`" in line
 
 
 def test_dry_run_does_not_combine_with_resume(tmp_path: Path, capsys) -> None:

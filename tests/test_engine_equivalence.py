@@ -34,6 +34,7 @@ from tests.test_evaluate_command import _config as evaluate_config
 from tests.test_evaluate_command import _oracle as evaluate_oracle
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "engine_golden.json").read_text())
+GOLDEN_SERVE = "logprobs"  # the contract the goldens were recorded under (the default then)
 
 
 def _digest(rows: object) -> str:
@@ -47,7 +48,7 @@ def _trials(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("name", list(GOLDEN["optimize"]))
 def test_optimize_on_the_engine_matches_the_recorded_run(name: str, tmp_path: Path) -> None:
-    config = oracle_config(tmp_path, optimizer=name, seed=1)
+    config = oracle_config(tmp_path, optimizer=name, seed=1, serve=GOLDEN_SERVE)
     result = run_study(config, backend=oracle_for(config))
     trials = _trials(result.run_dir)
     assert {"trials": [_digest(trials), len(trials)], "verdict": result.verdict.summary(),
@@ -72,7 +73,8 @@ REFLECT_VARIANTS = {"reflect-batch": {"calibration": "batch", "parents": 1},
 def _reflect_outcome(options: dict, tmp_path: Path) -> dict:
     """reflect with demos on (native few-shot k up to 2) and one calibration setting: its trial log, verdict
     and ledgers, recorded before the structural moves so that they cannot change what reflect does."""
-    config = oracle_config(tmp_path, optimizer="reflect", seed=1, native_demos=2, optimizer_options=options)
+    config = oracle_config(tmp_path, optimizer="reflect", seed=1, native_demos=2, optimizer_options=options,
+                           serve=GOLDEN_SERVE)
     result = run_study(config, backend=oracle_for(config))
     trials = _trials(result.run_dir)
     return {"trials": [_digest(trials), len(trials)], "verdict": result.verdict.summary(),
@@ -83,7 +85,7 @@ def _reflect_outcome(options: dict, tmp_path: Path) -> dict:
 
 def _compare_outcome(tmp_path: Path) -> list[list]:
     """A two-arm compare, one prompttune arm and one DSPy arm, one seed: what each arm picked, shipped and spent."""
-    config = oracle_config(tmp_path, budget=200)
+    config = oracle_config(tmp_path, budget=200, serve=GOLDEN_SERVE)
     result = run_compare(CompareRequest(config, ["sh", "dspy-copro"], [0], {}, backend=oracle_for(config)))
     return [[r.arm, r.seed, _digest(asdict(r.raw)), _digest(asdict(r.best)), r.search.calls, r.search.tokens,
              r.confirm_calls, _digest(list(r.test_correct))] for r in result.runs]

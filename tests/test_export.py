@@ -38,7 +38,8 @@ from tests.support import oracle_config, oracle_for, task_of
 
 def _run_dir(tmp_path: Path, **config_changes) -> tuple[Path, PromptSpec, list]:
     """A run directory as `optimize` leaves it: config.json and best_prompt.json with two demos."""
-    config = oracle_config(tmp_path, **config_changes)
+    declared = {} if {"serve", "scoring"} & set(config_changes) else {"serve": "logprobs"}  # what these exports state
+    config = oracle_config(tmp_path, **declared, **config_changes)
     task = task_of(config)
     demos = task.splits["train"][:2]
     spec = default_space(task).default_candidate().spec.with_updates(demo_ids=tuple(e.id for e in demos))

@@ -32,7 +32,7 @@ from tests.support import oracle_config, task_of
 
 def _run_dir(tmp_path: Path, **spec_changes: object) -> Path:
     """A run directory as optimize leaves it (config.json, best_prompt.json), on the oracle's colours task."""
-    config = oracle_config(tmp_path)
+    config = oracle_config(tmp_path, serve="logprobs")  # the contract these modules state
     task = task_of(config)
     demos = task.splits["train"][:2]
     spec = default_space(task).default_candidate().spec.with_updates(demo_ids=tuple(e.id for e in demos),

@@ -154,7 +154,7 @@ def test_summary_and_notebook_display_carry_the_accuracies_verdict_and_serving(r
     assert f"baseline test accuracy: {c.baseline_accuracy:.3f}" in summary
     assert f"shipped test accuracy: {c.best_accuracy:.3f}" in summary
     assert f"verdict: {run.verdict.summary()}" in summary
-    assert "serving: serving contract logprobs, scored by label log-probabilities" in summary
+    assert "serving: serving contract choice, scored by constrained decoding" in summary
     assert "splits: train 60 / dev 30 / test 30" in summary and "model: synthetic-oracle-0" in summary
     assert f"| baseline test accuracy | {c.baseline_accuracy:.3f} |" in run._repr_markdown_()
     assert "<th style='text-align:left'>verdict</th>" in run._repr_html_()

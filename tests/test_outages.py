@@ -109,9 +109,10 @@ def _fails_if_still_running_after(seconds: int) -> Iterator[None]:
 
 
 def _colours_config(folder: Path, url: str, **changes: object) -> RunConfig:
-    """Three trials of 20 dev examples (one candidate beats the baseline on dev, so two go to test)."""
+    """Three trials of 20 dev examples (one candidate beats the baseline on dev, so two go to test), scored by the
+    fake server's label log-probs (it decodes no constrained choice)."""
     return oracle_config(folder, backend="openai", base_url=[url], optimizer="sh", budget=60, train_size=20, dev_size=20,
-                         test_size=20, split_seed=1, **changes)
+                         test_size=20, split_seed=1, serve="logprobs", **changes)
 
 
 def test_a_server_that_never_returns_stops_the_run_resumably(tmp_path: Path, fakes: list[FakeServer],
@@ -124,7 +125,7 @@ def test_a_server_that_never_returns_stops_the_run_resumably(tmp_path: Path, fak
     arguments = ["optimize", "--task", config.task, "--backend", "openai", "--base-url", fakes[1].url,
                  "--timeout", "1", "--retries", "2", "--runs-dir", config.runs_dir, *(
                      f"--{name.replace('_', '-')}={getattr(config, name)}"
-                     for name in ("optimizer", "budget", "train_size", "dev_size", "test_size", "split_seed"))]
+                     for name in ("optimizer", "budget", "train_size", "dev_size", "test_size", "split_seed", "serve"))]
     capsys.readouterr()
     with _fails_if_still_running_after(120):
         assert main(arguments) == EXIT_UNAVAILABLE

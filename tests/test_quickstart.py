@@ -47,5 +47,5 @@ def test_the_quickstart_runs_as_written_against_a_server(llama_server: str, tmp_
     assert "Classify the sentiment of the product review as one of: negative, positive." in baseline
     exported = json.loads((run_dir / "export" / "prompt.openai-chat.json").read_text())
     assert exported["messages"] and "{review}" in json.dumps(exported["messages"])
-    assert exported["serve"] == "logprobs" and (run_dir / "export" / "classifier.py").is_file()
+    assert exported["serve"] == "choice" and (run_dir / "export" / "classifier.py").is_file()
     assert json.loads((run_dir / "config.json").read_text())["base_url"] == [llama_server]

@@ -50,17 +50,17 @@ def _biased_problem() -> OracleProblem:
 
 def test_calibration_is_raced_and_ships_with_the_prompt_when_it_pays() -> None:
     problem = _biased_problem()
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=600, space=problem.space,
                               backend=problem.backend, record=False)
     # Batch calibration by default: the offsets come from the raw prompt's answers, at no call.
     assert run.outcome.leader.spec.label_bias and run.shipped.spec.label_bias
     assert run.confirmation.best_accuracy == 1.0 and run.confirmation.baseline_accuracy == pytest.approx(1 / 3)
     assert run.ledger.calls_by_kind.get("content-free", 0) == 0
-    contextual = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+    contextual = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=600, space=problem.space,
                                      backend=problem.backend, record=False, options={"calibration": "contextual"})
     assert contextual.shipped.spec.calibrate and contextual.confirmation.best_accuracy == 1.0
     assert contextual.ledger.calls_by_kind["content-free"] > 0  # the probes are charged like any call
-    off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+    off = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=600, space=problem.space,
                               backend=problem.backend, record=False, options={"calibration": "off"})
     assert not any(c.spec.calibrate or c.spec.label_bias for c in off.outcome.ranking)
 
@@ -133,7 +133,7 @@ def test_once_the_race_block_covers_dev_the_final_reserve_goes_to_the_evolve_sta
     with a dev split of 60 the block covers it early, and the final race could spend nothing of its 40%
     reserve; the evolve stage spends it instead (before: 2,368 of 4,000 calls)."""
     problem = OracleProblem.colours(accuracy=lambda text: 0.85 if "(draw " in text else 0.55, sizes=(60, 60, 60))
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=4000, space=problem.space,
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=4000, space=problem.space,
                               backend=problem.backend, record=False, options={"sampled": 0.5})
     reflect = run.strategy.optimizer
     assert len(reflect.race.block) == len(reflect.final.final_ids) == 60
@@ -224,7 +224,7 @@ def test_the_screen_races_as_many_draws_as_its_share_pays_for(budget: int, calib
     block to pay for (a fixed reserve for one left 3 draws); batch twins fill it with 4; at 2000 calls 15 draws
     and the best 16 on 40 examples cost 15 x 20 + 15 x 20 = 600, the screen's share."""
     problem = OracleProblem.colours()
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=budget, space=problem.space,
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=budget, space=problem.space,
                               backend=problem.backend, record=False,
                               options={"calibration": calibration, "write_instructions": False})
     trials = run.trials.load()
@@ -253,8 +253,8 @@ def test_prompts_built_over_a_grid_point_are_logged_with_its_values_so_the_repor
     carry their grid point's values (a replaced value named as the move's own), so fANOVA has enough."""
     problem = OracleProblem.colours()
     space = problem.space.bind(problem.task.splits["train"]).with_demos(2)
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=300, space=space, backend=problem.backend,
-                              runs_dir=tmp_path)
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=300, space=space,
+                              backend=problem.backend, runs_dir=tmp_path)
     trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
     assert all(set(t["dimensions"]) == {d.name for d in space.dimensions} for t in trials)
     built = [t for t in trials if "spec" in t]
@@ -268,7 +268,7 @@ def test_prompts_built_over_a_grid_point_are_logged_with_its_values_so_the_repor
 
 def test_refit_races_each_finalist_with_offsets_from_the_final_prefix_at_no_call(tmp_path: Path) -> None:
     problem = _biased_problem()
-    run = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=600, space=problem.space,
                               backend=problem.backend, runs_dir=tmp_path)  # refit is the default
     trials = [json.loads(line) for line in (run.run_dir / "trials.jsonl").read_text().splitlines()]
     refits = [t for t in trials if t["purpose"] == "final (offsets refit)"]
@@ -284,7 +284,7 @@ def test_refit_races_each_finalist_with_offsets_from_the_final_prefix_at_no_call
     leader_refit = run.outcome.leader.id in {t["candidate_id"] for t in refits}
     said = "offsets measured on those" in (run.run_dir / "report.md").read_text()
     assert said == leader_refit  # the report says where the shipped offsets were measured
-    off = prompttune.optimize(problem.task, optimizer="reflect", budget=600, space=problem.space,
+    off = prompttune.optimize(problem.task, optimizer="reflect", serve="logprobs", budget=600, space=problem.space,
                               backend=problem.backend, record=False, options={"refit": False})
     assert off.ledger.calls == run.ledger.calls
 

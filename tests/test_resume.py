@@ -183,7 +183,12 @@ class SignallingBackend(CountingBackend):
         self.after, self.pending = after, list(signals)
 
     def score(self, requests):
-        outputs = super().score(requests)
+        return self._signal_after(super().score(requests))
+
+    def choose(self, requests):
+        return self._signal_after(super().choose(requests))
+
+    def _signal_after(self, outputs):
         while self.calls >= self.after and self.pending:
             signal.raise_signal(self.pending.pop(0))
         return outputs

@@ -113,10 +113,13 @@ def test_serve_generate_ships_no_offsets_and_decides_by_generation(capsys, tmp_p
 
 
 def test_the_same_run_under_logprobs_races_calibrated_twins(capsys, tmp_path: Path) -> None:
-    """The control of the test above: without the contract, reflect's trials carry label offsets."""
-    run_dir, _, err = _optimize(capsys, tmp_path, colours_task_file(tmp_path), "--check-generation", "0")
-    assert _unwrapped(err).startswith(contract_line("logprobs", declared=False))
-    assert contract_line("logprobs", declared=False).endswith("set `serve: generate` if production lets the model answer")
+    """The control of the test above: under `logprobs`, reflect's trials carry label offsets."""
+    run_dir, _, err = _optimize(capsys, tmp_path, colours_task_file(tmp_path), "--check-generation", "0",
+                                "--serve", "logprobs")
+    assert _unwrapped(err).startswith(contract_line("logprobs", declared=True))
+    assert contract_line("choice", declared=False).endswith(
+        "set `serve: generate` if production lets the model answer, `serve: logprobs` if it reads the labels' "
+        "log-probabilities")
     assert any(_offsets(t.get("spec", {})) for t in _trials(run_dir))
 
 
@@ -144,7 +147,7 @@ def test_the_default_contract_checks_generation_by_default_and_warns(tmp_path: P
     assert config.serve is None and config.check_generation == 100
     backend = generating_oracle(config)
     result = run_study(config, backend=backend)
-    assert result.config.serve == "logprobs"
+    assert result.config.serve == "choice"
     check = result.generation_check
     assert check is not None and check.n == 90 and not check.by_verdict  # the whole 90-example test split
     assert backend.calls == model_calls(result) and check.calls > 0  # outside the budget: its own ledger
@@ -180,7 +183,7 @@ def test_the_task_files_contract_is_used_unless_the_command_line_sets_one(capsys
 def test_scoring_is_an_alias_and_one_field_decides() -> None:
     assert RunConfig(scoring="generate").serve == "generate"
     assert RunConfig(scoring="calibrated").contract == "logprobs" and RunConfig(scoring="logit").scoring == "logit"
-    assert RunConfig(serve="generate").scoring == "generate" and RunConfig().contract == "logprobs"
+    assert RunConfig(serve="generate").scoring == "generate" and RunConfig().contract == "choice"
     assert "scoring" not in RunConfig(scoring="logit").model_dump()
     with pytest.raises(ValueError, match="scoring 'generate' means serve 'generate', but serve is 'choice'"):
         RunConfig(scoring="generate", serve="choice")

@@ -228,7 +228,7 @@ def test_check_generation_serves_the_shipped_prompt_and_the_baseline_by_generati
     result = run_study(config, backend=backend)
     check = result.generation_check
     assert result.verdict.shipped.spec.output_template == "Label: {}"  # confirmed on label scores
-    assert check is not None and check.n == 12 and check.verdict_scored_by == "label log-probabilities"
+    assert check is not None and check.n == 12 and check.verdict_scored_by == "constrained decoding"
     served = {p.role: p for p in check.prompts}
     assert set(served) == {"baseline", "shipped"}
     assert (served["baseline"].valid_rate, served["baseline"].accuracy) == (1.0, 1.0)
@@ -238,12 +238,12 @@ def test_check_generation_serves_the_shipped_prompt_and_the_baseline_by_generati
     assert "generate" not in result.search_ledger.calls_by_kind | result.confirm_ledger.calls_by_kind
     assert backend.calls == result.search_ledger.calls + result.confirm_ledger.calls + check.calls
     report = (result.run_dir / "report.md").read_text()
-    assert "Serving contract **`serve: logprobs`**" in report
-    assert "The verdict scored prompts by **label log-probabilities**." in report
+    assert "Serving contract **`serve: choice`**" in report
+    assert "The verdict scored prompts by **constrained decoding**." in report
     assert "## Served by generation (`--check-generation`, first 12 test examples)" in report
     assert "| shipped | " in report and "**Warning: under generation the shipped prompt is less accurate" in report
     facts = json.loads((result.run_dir / "verdict.json").read_text())
-    assert facts["verdict"]["scored_by"] == "label log-probabilities"
+    assert facts["verdict"]["scored_by"] == "constrained decoding"
     assert facts["generation_check"]["prompts"][1]["valid_rate"] == 0.0
     page = (result.run_dir / "report.html").read_text()
     assert "Served by generation: first 12 test examples" in page and "Warning: under generation" in page
@@ -274,5 +274,5 @@ def test_check_generation_and_prompt_tokens_with_the_embedded_model(data_dir: Pa
         assert 0.0 <= served.accuracy <= served.valid_rate <= 1.0
     assert 0 < result.prompt_tokens["baseline"] <= 120 and all(p.prompt_tokens <= 120 for p in result.outcome.scored)
     report = (result.run_dir / "report.md").read_text()
-    assert "by **label log-probabilities**" in report and "| baseline | " in report
+    assert "by **constrained decoding**" in report and "| baseline | " in report
     assert (result.run_dir / "prompt_tokens.png").is_file()

@@ -56,8 +56,8 @@ def test_an_undeclared_contract_the_server_cannot_honour_says_it_is_the_default(
         tmp_path: Path, fakes: list[FakeServer], capsys: pytest.CaptureFixture[str]) -> None:
     fakes.append(FakeServer(completions=False, max_top=0))
     assert main(_argv("optimize", tmp_path, fakes[0].url)) == 2
-    assert capsys.readouterr().err.startswith("error: serve logprobs (the default; declare another with --serve): "
-                                              f"the server at {fakes[0].url} returns no log-probs")
+    assert capsys.readouterr().err.startswith("error: serve choice (the default; declare another with --serve): "
+                                              f"the server at {fakes[0].url} honours no exact constrained decoding")
 
 
 @pytest.mark.parametrize("command", ["optimize", "compare"])

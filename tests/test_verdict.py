@@ -47,8 +47,9 @@ def test_what_ships_is_the_verdict(tmp_path: Path, name: str) -> None:
 
 
 def test_an_unconfirmed_dev_winner_is_kept_beside_the_baseline_that_ships(tmp_path: Path) -> None:
-    """Every prompt equally good: random search still has a dev winner, but the baseline ships."""
-    config = oracle_config(tmp_path)
+    """Every prompt equally good: random search still has a dev winner, but the baseline ships (under `logprobs`,
+    where the oracle's label scores differ by prompt; its constrained answers of equal prompts tie)."""
+    config = oracle_config(tmp_path, serve="logprobs")
     backend = oracle_for(config)
     backend.inner.accuracy_of = lambda text: 0.6
     result = run_study(config, backend=backend)

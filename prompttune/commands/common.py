@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from prompttune.backends.factory import add_backend_arguments, backend_options
-from prompttune.core.config import SCORING_ALIASES, SERVES, RunConfig
+from prompttune.core.config import DEFAULT_SERVE, SCORING_ALIASES, SERVES, RunConfig
 from prompttune.core.errors import UserError
 from prompttune.scoring.ledger import BudgetLedger
 from prompttune.statistics import OBJECTIVES
@@ -30,7 +30,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the serving contract, how production gets the answer: logprobs (label log-probabilities "
                              "and the shipped label offsets), generate (the model answers; verdict by generation), "
                              "choice (constrained decoding over the labels); default: the task file's serve:, else "
-                             "logprobs")
+                             f"{DEFAULT_SERVE}")
     parser.add_argument("--scoring",
                         help="older spelling of --serve: logit and calibrated mean logprobs, generate generate "
                              "(evaluate also scores calibrated)")

@@ -27,7 +27,15 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, Sequence
 
 from prompttune.backends.backend import Backend, Request, WrappedBackend
 from prompttune.core.run_files import read_prompt, read_trials
-from prompttune.core.types import Example, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from prompttune.core.types import (
+    ChoiceRequest,
+    ChoiceResult,
+    Example,
+    GenerateRequest,
+    GenerateResult,
+    ScoreRequest,
+    ScoreResult,
+)
 from prompttune.results.arms import Served
 from prompttune.results.compare import Cap, Check
 from prompttune.tasks.pools import seen_in_tuning
@@ -75,7 +83,8 @@ class ModelWatch(WrappedBackend):
                     return True
         return False
 
-    def _note(self, requests: Sequence[Request], results: Sequence[ScoreResult | GenerateResult]) -> None:
+    def _note(self, requests: Sequence[Request],
+              results: Sequence[ScoreResult | GenerateResult | ChoiceResult]) -> None:
         self._log += [(self._quotes_test(r.text), out.prompt_tokens + out.completion_tokens)
                       for r, out in zip(requests, results)]
 
@@ -89,6 +98,11 @@ class ModelWatch(WrappedBackend):
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
         results = self.inner.generate(requests)
+        self._note(requests, results)
+        return results
+
+    def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
+        results = self.inner.choose(requests)
         self._note(requests, results)
         return results
 

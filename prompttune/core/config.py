@@ -18,7 +18,7 @@ PathText = Annotated[str, BeforeValidator(_path_text)]
 Serve = Literal["logprobs", "generate", "choice"]
 """The serving contract: how production turns the model's output into a label (`scoring/contract.py`)."""
 SERVES: tuple[Serve, ...] = ("logprobs", "generate", "choice")
-DEFAULT_SERVE: Serve = "logprobs"
+DEFAULT_SERVE: Serve = "choice"  # by the rule fixed before measuring (docs/results/contract_default.md)
 # `--scoring` before `--serve` existed, and the `scoring` key of an older config.json: the contract each meant.
 SCORING_ALIASES: dict[str, Serve] = {"logit": "logprobs", "calibrated": "logprobs", "generate": "generate"}
 

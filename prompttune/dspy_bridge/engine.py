@@ -222,13 +222,13 @@ class MeteredEngine:
     def _paid_alone(self, queries: list[tuple[PromptSpec, str]]) -> int:
         """How many leading asks the cap surely pays for when they are served alone, one after another,
         if `queries` are the classification queries among them: as many as the calls left, where no ask
-        costs more than one call (a generation, or a query its evaluator answers with one score or one
-        generation); none otherwise (calibration's content-free probes and ensembles cost more)."""
+        costs more than one call (a generation, or a query its evaluator answers with one score, one constrained
+        answer or one generation); none otherwise (calibration's content-free probes and ensembles cost more)."""
         remaining = self.evaluator.ledger.remaining_calls()
         if remaining is None or remaining <= 0:
             return 0
         scoring = self.evaluator.scoring
-        single = scoring == "generate" or (scoring == "logit" and all(
+        single = scoring in ("generate", "choice") or (scoring == "logit" and all(
             spec.cot or not spec.calibrate for spec, _ in queries))
         return remaining if single else 0
 
@@ -241,8 +241,7 @@ class MeteredEngine:
                 ids.append(example_id)
         by_mode: dict[str, list[Query]] = {}
         for spec, ids in distinct.items():
-            mode = "generate" if self.evaluator.scoring == "generate" or spec.cot else "score"
-            by_mode.setdefault(mode, []).append(Query(spec, ids))
+            by_mode.setdefault(self.evaluator.answer_mode(spec), []).append(Query(spec, ids))
         try:
             for mode, mode_queries in by_mode.items():
                 self.evaluator.outputs_many(mode_queries, mode)  # type: ignore[arg-type]

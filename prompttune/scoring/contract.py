@@ -92,7 +92,7 @@ def contract_line(serve: Serve, declared: bool) -> str:
     line = f"serving contract: {serve} ({WORDS[serve]})"
     if not declared:
         line += ("; the default, as neither the task file nor --serve sets one: set `serve: generate` if "
-                 "production lets the model answer")
+                 "production lets the model answer, `serve: logprobs` if it reads the labels' log-probabilities")
     return line
 
 

@@ -126,6 +126,12 @@ class Evaluator:
         bounds = list(itertools.accumulate(len(q.example_ids) for q in queries))
         return [flat[stop - len(q.example_ids):stop] for q, stop in zip(queries, bounds)]
 
+    def answer_mode(self, spec: PromptSpec) -> Mode:
+        """The outputs this evaluator's prediction method reads for `spec` as they are: generated text (under
+        `generate`, or a chain-of-thought prompt), a constrained answer (`choice`), else label scores."""
+        return "generate" if self.scoring == "generate" or spec.cot else "choice" if self.scoring == "choice" \
+            else "score"
+
     def prefetch(self, work: Sequence[tuple[PromptSpec, Sequence[str]]]) -> None:
         """Have the model answer several prompts' examples in one backend call before they are asked for
         (`Meter.prefetch`): nothing is charged or cached until `evaluate` asks, in its own order. Only
@@ -138,8 +144,7 @@ class Evaluator:
         for group, (spec, example_ids) in enumerate(work):
             if spec.calibrate:
                 continue
-            mode: Mode = "generate" if self.scoring == "generate" or spec.cot else \
-                "choice" if self.scoring == "choice" else "score"
+            mode = self.answer_mode(spec)
             try:
                 prepared = self._prepare(Query(spec, example_ids), mode)
             except (UserError, PermissionError):
