@@ -43,7 +43,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -116,33 +116,24 @@ class CallLog(WrappedBackend):
     def decodes_together(self) -> bool:
         return self.together
 
-    def _log(self, kind: str, requests: Sequence[Request]) -> None:
+    def _timed(self, kind: str, requests: Sequence[Request], call: Callable[[Any], list]) -> list:
+        """`call(requests)`, logged as one backend call of `kind`, its CPU seconds counted inside the backend."""
         self.calls.append(Call(kind, len(requests)))
         self.rows += len(requests)
+        start = time.process_time()
+        try:
+            return call(requests)
+        finally:
+            self.inside += time.process_time() - start
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        self._log("score", requests)
-        start = time.process_time()
-        try:
-            return self.inner.score(requests)
-        finally:
-            self.inside += time.process_time() - start
+        return self._timed("score", requests, self.inner.score)
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        self._log("generate", requests)
-        start = time.process_time()
-        try:
-            return self.inner.generate(requests)
-        finally:
-            self.inside += time.process_time() - start
+        return self._timed("generate", requests, self.inner.generate)
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
-        self._log("choice", requests)
-        start = time.process_time()
-        try:
-            return self.inner.choose(requests)
-        finally:
-            self.inside += time.process_time() - start
+        return self._timed("choice", requests, self.inner.choose)
 
     def stop(self) -> None:
         self.engine = time.process_time() - self.started - self.inside

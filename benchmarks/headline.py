@@ -74,8 +74,9 @@ class Headline:
 
 
 def _protocol(task: str) -> Headline:
-    """The protocol's "How it runs" command for `task` (without --jobs, which the script passes)."""
-    return Headline(["--task", task, "--pool", "reporting", "--mode", "native", "--native-demos", "4",
+    """The protocol's "How it runs" command for `task` (without --jobs, which the script passes), in the contract
+    the protocol measured (`logprobs`, the default when it ran; `choice` is the default since)."""
+    return Headline(["--task", task, "--serve", "logprobs", "--pool", "reporting", "--mode", "native", "--native-demos", "4",
                      "--budget", "2000", "--train-size", "1000", "--dev-size", "300", "--test-size", "1000",
                      "--seed", "100", "--split-seed", "100", "--seeds", str(SEEDS), "--check-generation", "100",
                      "--cache", f"runs/headline-{task}/cache.sqlite",
