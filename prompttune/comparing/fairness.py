@@ -92,17 +92,17 @@ class ModelWatch(WrappedBackend):
         return self.inner.describe()
 
     def score(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        results = self.inner.score(requests)
-        self._note(requests, results)
-        return results
+        return self._watched(self.inner.score, requests)
 
     def generate(self, requests: list[GenerateRequest]) -> list[GenerateResult]:
-        results = self.inner.generate(requests)
-        self._note(requests, results)
-        return results
+        return self._watched(self.inner.generate, requests)
 
     def choose(self, requests: list[ChoiceRequest]) -> list[ChoiceResult]:
-        results = self.inner.choose(requests)
+        return self._watched(self.inner.choose, requests)
+
+    def _watched(self, call: Callable[[list], list], requests: list) -> list:
+        """`call(requests)`, each request logged (does it quote a test text, what it cost)."""
+        results = call(requests)
         self._note(requests, results)
         return results
 
