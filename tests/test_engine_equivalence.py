@@ -15,7 +15,10 @@ the same run does alone.
 reflect (batch, contextual and no calibration, demos on) and a two-arm compare with a DSPy arm were
 recorded at af01368, before the structural moves of the house, so that those moves cannot change them; those
 reflect runs name `parents` 1, the default then. `reflect-default` (its defaults, four parents per reflection
-step) was recorded when `parents` 4 became the default."""
+step) was recorded when `parents` 4 became the default. One intended change since, in the three calibrated runs'
+logs only: a race step asks all its raw prompts, then all their twins (the model answers the twins together), so
+the same trials, with the same answers, come in another order; verdicts, shipped prompts and ledgers are as
+recorded."""
 
 from __future__ import annotations
 

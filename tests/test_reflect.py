@@ -128,6 +128,21 @@ def test_it_spends_at_least_ninety_percent_of_the_cap_and_never_more(budget: int
     assert "Pick the colour" in run.outcome.leader.spec.instruction
 
 
+@pytest.mark.parametrize("budget, refit", [(1000, False), (3000, True)])
+def test_under_choice_the_plan_pays_for_twins_decoded_apart_and_the_final_race_runs_in_full(budget: int,
+                                                                                            refit: bool) -> None:
+    """Under `choice` a twin's offsets change what is decoded, so its answers take calls of their own: the screen,
+    the evolve steps and the final race (finalists and their refit twins) are sized with them, and the final race
+    ends within the cap instead of being cut by it; refits the calls left cannot pay for are not started."""
+    problem = OracleProblem.colours(sizes=(60, 300, 60))
+    run = prompttune.optimize(problem.task, optimizer="reflect", serve="choice", budget=budget, space=problem.space,
+                              backend=problem.backend, record=False)
+    reflect, purposes = run.strategy.optimizer, [t["purpose"] for t in run.trials.load()]
+    assert not run.outcome.stopped_by_budget and 0.9 * budget <= run.ledger.calls <= budget
+    assert reflect.final.final_ids and ("final (offsets refit)" in purposes) == refit
+    assert reflect.final.refits <= set(reflect.final.finalists)
+
+
 def test_once_the_race_block_covers_dev_the_final_reserve_goes_to_the_evolve_stage() -> None:
     """A TEST DEVICE where every sampled instruction is new, so the evolve stage never runs out of children:
     with a dev split of 60 the block covers it early, and the final race could spend nothing of its 40%

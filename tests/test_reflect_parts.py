@@ -168,30 +168,49 @@ def race_of(pool: Pool, calibration: str = "batch", kind: str = "tiebreak", bloc
 def test_a_prompt_races_beside_its_batch_twin_which_takes_a_slot_when_it_answers_otherwise() -> None:
     pool = Pool(PROBLEM.space)
     race = race_of(pool)
-    keys, asked = drive(race.enter(replace(GRID, label_bias=(1.0, 0.0, 0.0)), "screen"), pool, leaning)
+    (keys,), asked = drive(race.enter([replace(GRID, label_bias=(1.0, 0.0, 0.0))], "screen"), pool, leaning)
     assert [r.purpose for r in asked] == ["screen", "screen (calibrated)"]
     assert keys[0] == BASELINE.id and pool.genomes[keys[0]] == GRID  # the offsets of another prompt are dropped
     assert len(keys) == 2 and pool.candidates[keys[1]].spec.label_bias and not pool.echoes
     assert race.score(keys[1]) > race.score(keys[0])
-    again, asked = drive(race.enter(GRID, "evolve"), pool, leaning)
+    (again,), asked = drive(race.enter([GRID], "evolve"), pool, leaning)
     assert again == [BASELINE.id] and asked == []  # its twin raced already
+
+
+def test_a_step_asks_its_raw_prompts_then_their_twins_each_with_the_rest_standing_ahead() -> None:
+    """Under `choice` a twin's constrained answers take calls of their own: the model answers a step's twins in
+    one batch, as it answers its raw prompts."""
+    pool = Pool(PROBLEM.space)
+    race = race_of(pool)
+    plan, seen = race.enter([GRID, written("Pick"), written("Name")], "screen"), []
+    try:
+        while True:
+            request = next(plan)
+            seen.append((request.purpose, len(pool.upcoming())))
+            pool.answers.setdefault(request.candidate.id, {}).update(
+                {i: leaning(request.candidate, i) for i in request.example_ids})
+    except StopIteration as stop:
+        slots = stop.value
+    assert seen == [("screen", 2), ("screen", 1), ("screen", 0),
+                    ("screen (calibrated)", 2), ("screen (calibrated)", 1), ("screen (calibrated)", 0)]
+    assert [len(keys) for keys in slots] == [2, 2, 2] and slots[0][0] == BASELINE.id
 
 
 def test_a_twin_that_answers_as_its_raw_prompt_is_an_echo_without_a_slot() -> None:
     pool = Pool(PROBLEM.space)
-    keys, asked = drive(race_of(pool).enter(GRID, "screen"), pool, sure(True))
+    (keys,), asked = drive(race_of(pool).enter([GRID], "screen"), pool, sure(True))
     assert keys == [BASELINE.id] and len(asked) == 2 and len(pool.echoes) == 1
 
 
 def test_generated_answers_turn_calibration_off_and_contextual_twins_are_calibrated() -> None:
     pool = Pool(PROBLEM.space)
     race = race_of(pool)
-    keys, asked = drive(race.enter(GRID, "screen"), pool, lambda c, i: record(i, None, "red"))
+    (keys,), asked = drive(race.enter([GRID], "screen"), pool, lambda c, i: record(i, None, "red"))
     assert keys == [BASELINE.id] and len(asked) == 1 and race.calibration == "off"
     contextual = race_of(pool := Pool(PROBLEM.space), "contextual")
-    keys, asked = drive(contextual.enter(GRID, "screen"), pool, leaning)
+    (keys,), asked = drive(contextual.enter([GRID], "screen"), pool, leaning)
     assert len(asked) == 2 and pool.genomes[keys[1]].calibrate
-    none, asked = drive(race_of(pool := Pool(PROBLEM.space), "off").enter(GRID, "screen"), pool, leaning)
+    (none,), asked = drive(race_of(pool := Pool(PROBLEM.space), "off").enter([GRID], "screen"), pool, leaning)
     assert none == [BASELINE.id] and len(asked) == 1
 
 

@@ -17,10 +17,12 @@ class Pool:
     """Genomes -> candidates (each built once: a child is keyed, then raced), keys -> genomes and candidates,
     the answers the driver told of (`answers`: candidate -> example -> record, the strategy's memo, shared),
     the `members` parents come from, and the `echoes` (calibrated twins that answer exactly as their raw
-    prompt: no slot)."""
+    prompt: no slot). `offsets_decoded`: the contract applies label offsets while decoding (`choice`'s
+    `logit_bias`), so a batch twin's answers take calls of their own; under `logprobs` they are its raw prompt's."""
 
-    def __init__(self, space: SearchSpace, answers: dict[str, dict[str, Record]] | None = None) -> None:
-        self.space = space
+    def __init__(self, space: SearchSpace, answers: dict[str, dict[str, Record]] | None = None,
+                 offsets_decoded: bool = False) -> None:
+        self.space, self.offsets_decoded = space, offsets_decoded
         self.answers: dict[str, dict[str, Record]] = {} if answers is None else answers
         self.built: dict[Genome, Candidate] = {}
         self.genomes: dict[str, Genome] = {}
@@ -62,6 +64,10 @@ class Pool:
         self.candidates.setdefault(candidate.id, candidate)
         return candidate
 
+    def scored(self) -> int:
+        """Prompts answered on some example (a step cut by the cap may leave entered ones unanswered)."""
+        return sum(1 for key in self.candidates if self.answers.get(key))
+
     def missing(self, candidate: Candidate, ids: Sequence[str]) -> tuple[str, ...]:
         seen = self.answers.get(candidate.id)
         return tuple([i for i in ids if i not in seen] if seen else ids)
@@ -94,11 +100,12 @@ class Pool:
 
     def cost(self, keys: Sequence[str], ids: Sequence[str]) -> int:
         """Model calls that score `keys` on `ids`, as the cache charges them (`calls_to_score`): a batch twin's
-        answers are its raw prompt's, so they go together."""
+        answers are its raw prompt's where offsets are applied to label scores, so they go together."""
         texts: dict[str, set[str]] = {}  # the raw prompt whose text the model answers -> its scored variants
         for key in set(keys):
             genome = self.genomes.get(key)
-            raw = self.key(replace(genome, label_bias=())) if genome is not None and genome.label_bias else key
+            rides = genome is not None and genome.label_bias and not self.offsets_decoded
+            raw = self.key(replace(genome, label_bias=())) if rides else key
             texts.setdefault(raw, set()).update({key, raw})
         return calls_to_score([[self.candidates[m] for m in members if m in self.candidates]
                                for members in texts.values()], ids, self.missing)

@@ -70,25 +70,38 @@ class Race:
         self.scores: dict[tuple[str, int, str], float] = {}  # (candidate, block length, kind): blocks only grow
         self.margins: dict[str, dict[str, float]] = {}  # candidate -> example -> margin: parents are drawn each step
 
-    def enter(self, genome: Genome, purpose: str) -> Iterator[TrialRequest]:
-        """Score `genome` on the block, then its calibrated twin unless that prompt raced already; the keys
-        that take a slot (a twin that answers exactly as its raw prompt takes none: an echo)."""
-        raw = replace(genome, label_bias=())  # offsets belong to the prompt they were measured on
-        candidate = self.pool.enter(raw)
-        yield from self.pool.ask(candidate, self.block, purpose)
-        if raw.calibrate:
-            return [candidate.id]
-        if self.pool.lacks_label_scores(candidate):
-            self.calibration = "off"  # generation answers: nothing to calibrate
-        twin = self._twin(raw, candidate)
-        if twin is None or (calibrated := self.pool.build(twin)).id in self.pool.candidates:
-            return [candidate.id]
-        self.pool.enter(twin)
-        yield from self.pool.ask(calibrated, self.block, f"{purpose} (calibrated)")
-        if answers_alike(self.pool.records(calibrated, self.block), self.pool.records(candidate, self.block)):
-            self.pool.echoes.add(calibrated.id)
-            return [candidate.id]
-        return [candidate.id, calibrated.id]
+    def enter(self, genomes: Sequence[Genome], purpose: str) -> Iterator[TrialRequest]:
+        """Score each genome's raw prompt on the block, then each one's calibrated twin unless that prompt raced
+        already; per genome, the keys that take a slot (a twin that answers exactly as its raw prompt takes none:
+        an echo). The raw prompts go first, so the model answers a step's twins together as well (a twin's offsets
+        need its raw prompt's answers, and under `choice` its constrained answers take calls of their own)."""
+        raws = [replace(genome, label_bias=()) for genome in genomes]  # offsets belong to the prompt they came from
+        candidates = [self.pool.enter(raw) for raw in raws]
+        yield from self.pool.ask_each([(candidate, self.block) for candidate in candidates], purpose)
+        twins: list[Candidate | None] = []
+        for raw, candidate in zip(raws, candidates):
+            if self.pool.lacks_label_scores(candidate):
+                self.calibration = "off"  # generation answers: nothing to calibrate
+            twin = None if raw.calibrate else self._twin(raw, candidate)
+            new = twin is not None and self.pool.key(twin) not in self.pool.candidates
+            twins.append(self.pool.enter(twin) if new else None)
+        yield from self.pool.ask_each([(twin, self.block) for twin in twins if twin is not None], f"{purpose} (calibrated)")
+        slots = []
+        for candidate, twin in zip(candidates, twins):
+            if twin is None:
+                slots.append([candidate.id])
+            elif answers_alike(self.pool.records(twin, self.block), self.pool.records(candidate, self.block)):
+                self.pool.echoes.add(twin.id)
+                slots.append([candidate.id])
+            else:
+                slots.append([candidate.id, twin.id])
+        return slots
+
+    def entry_cost(self) -> int:
+        """Calls one prompt's entry on the block costs: its raw prompt's answers, contextual calibration's 3
+        probes, and its twin's answers where the contract decodes the offsets (`choice`)."""
+        block, decoded = len(self.block), self.pool.offsets_decoded and self.calibration != "off"
+        return block + (3 if self.calibration == "contextual" else 0) + (block if decoded else 0)
 
     def _twin(self, raw: Genome, candidate: Candidate) -> Genome | None:
         if self.calibration == "contextual":

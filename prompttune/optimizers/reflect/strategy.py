@@ -36,7 +36,6 @@ On a real task (PROMPTTUNE_DATA_DIR=../shared/data; or from Python,
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Iterator
 
 from prompttune.backends.decode_cost import CHEAP, TEXTS
@@ -44,6 +43,7 @@ from prompttune.core.errors import UserError
 from prompttune.core.types import Record
 from prompttune.optimizers.reflect.calibration import calibration_said
 from prompttune.optimizers.reflect.final import FinalRace
+from prompttune.optimizers.reflect.genome import Genome
 from prompttune.optimizers.reflect.moves import Moves
 from prompttune.optimizers.reflect.options import ReflectOptions
 from prompttune.optimizers.reflect.pool import Pool
@@ -86,7 +86,7 @@ class ReflectiveRace(Optimizer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         context, options = self.context, self.options
-        self.pool = Pool(context.space, self.memo)
+        self.pool = Pool(context.space, self.memo, offsets_decoded=context.serve == "choice")
         self.race = Race(self.pool, context.dev_ids, self.first_block(context, options), options.race_score,
                          context.score, self.baseline, options.calibration if context.label_offsets else "off")
         self.decode_ratio: float | None = None  # the writer's measured batch cost, where the default needed it
@@ -131,7 +131,7 @@ class ReflectiveRace(Optimizer):
         return ranked + [candidates[k] for k in self.race.by_score(self.pool.members) if candidates[k] not in ranked]
 
     def family(self) -> int:
-        return len(self.pool.candidates)
+        return self.pool.scored()
 
     def _search(self) -> Iterator[TrialRequest]:
         yield from self._screen()
@@ -161,13 +161,13 @@ class ReflectiveRace(Optimizer):
         draws = self.context.space.distinct_candidates(self.rng, self._screen_width(sampled), first=[self.baseline])
         # Without sampled instructions a draw's genome takes no call, so all are built first (the random draws
         # in the same order) and the model answers the screen together; a proposal is asked where it was.
-        genomes = [] if sampled else [moves.screen_genome(n, c, sampled) for n, c in enumerate(draws)]
-        for number, candidate in enumerate(draws):
-            genome = genomes[number] if genomes else moves.screen_genome(number, candidate, sampled)
-            pool.ahead = [(pool.build(g), race.block) for g in genomes[number + 1:]]
-            yield from race.enter(genome, "screen")
-        pool.ahead = []
-        alive = race.by_score([k for k in pool.candidates if k not in pool.echoes])
+        if sampled:
+            entered = []
+            for number, candidate in enumerate(draws):
+                entered += yield from race.enter([moves.screen_genome(number, candidate, sampled)], "screen")
+        else:
+            entered = yield from race.enter([moves.screen_genome(n, c, sampled) for n, c in enumerate(draws)], "screen")
+        alive = race.by_score(list(dict.fromkeys(key for slots in entered for key in slots)))
         if len(alive) > size:
             alive = alive[: 2 * size] + ([] if self.baseline.id in alive[: 2 * size] else [self.baseline.id])
             yield from race.widen(2 * len(race.block), alive, "screen, second block")
@@ -176,14 +176,13 @@ class ReflectiveRace(Optimizer):
             pool.members[-1] = self.baseline.id
 
     def _screen_width(self, sampled: float) -> int:
-        """The most draws (at least 3) the screen's share pays for: each on the first block (plus the share
-        `sampled` of a proposer call, and contextual calibration's 3 probes; a batch twin rides on its raw
-        prompt's answers), then, where more than the pool are alive, the best `2 × pool` on a second block as
-        long. Paying for a second block only where the draws outnumber the pool lets a small budget screen
-        more draws than a fixed reserve for it would."""
+        """The most draws (at least 3) the screen's share pays for: each entered on the first block (`entry_cost`,
+        plus the share `sampled` of a proposer call), then, where more than the pool are alive, the best
+        `2 × pool` on a second block as long. Paying for a second block only where the draws outnumber the pool
+        lets a small budget screen more draws than a fixed reserve for it would."""
         share, pool, block = int(self.options.screen_share * self.context.budget), self.options.pool, len(self.race.block)
         twins = self.race.calibration != "off"
-        per_draw = block + sampled + (3 if self.race.calibration == "contextual" else 0)
+        per_draw = self.race.entry_cost() + sampled
 
         def cost(width: int) -> float:
             alive = width * (2 if twins else 1)
@@ -193,7 +192,7 @@ class ReflectiveRace(Optimizer):
     def _evolve(self) -> Iterator[TrialRequest]:
         pool, race, moves = self.pool, self.race, self.moves
         rejected = idle = 0
-        step_cost = len(race.block) + self.options.minibatch + 2
+        step_cost = race.entry_cost() + self.options.minibatch + 2
         while idle < 20 * len(moves.names) and step_cost < self._free_calls():
             self.steps += 1
             move = moves.draw()
@@ -203,16 +202,15 @@ class ReflectiveRace(Optimizer):
                                                                                              affordable))])
             else:
                 children = [(yield from self._child(move, race.parent(self.rng)))]
-            for number, child in enumerate(children):
-                if child is None or pool.key(child) in pool.genomes:
+            new: list[Genome] = []
+            for child in children:
+                if child is None or pool.key(child) in pool.genomes or pool.key(child) in map(pool.key, new):
                     idle += 1  # nothing new from this move (a small space runs out of neighbours)
-                    continue
-                idle = 0
-                moves.made[move] += 1
-                pool.ahead = [(pool.build(replace(c, label_bias=())), race.block)
-                              for c in children[number + 1:] if c is not None and pool.key(c) not in pool.genomes]
-                ids = yield from race.enter(child, move)
-                pool.ahead = []
+                else:
+                    idle, moves.made[move] = 0, moves.made[move] + 1
+                    new.append(child)
+            grow = False
+            for ids in (yield from race.enter(new, move)):
                 worst, best_new = race.by_score(pool.members)[-1], race.by_score(ids)[0]
                 if race.score(best_new) > race.score(worst):
                     pool.members = [i for i in pool.members if i != worst] + [best_new]
@@ -220,10 +218,11 @@ class ReflectiveRace(Optimizer):
                     rejected = 0
                 else:
                     rejected += 1
-                if rejected >= self.options.patience:
-                    yield from race.grow(self._free_calls())
-                    rejected = 0
-            step_cost = len(race.block) + self.options.minibatch + 2
+                if rejected >= self.options.patience:  # the block grows after the step: its children race alike
+                    grow, rejected = True, 0
+            if grow:
+                yield from race.grow(self._free_calls())
+            step_cost = race.entry_cost() + self.options.minibatch + 2
 
     def _free_calls(self) -> int:
         """Calls the evolve stage may still spend before the final race's reserve."""
@@ -273,7 +272,7 @@ class ReflectiveRace(Optimizer):
         said = calibration_said(self.options.calibration, self.context.serve, self.context.label_offsets)
         measured = (f" (the writer decodes {TEXTS} texts in {self.decode_ratio:.2f}× one text's time)"
                     if self.decode_ratio is not None else "")
-        lines = [f"Reflective race: {len(self.pool.candidates)} prompts scored ({self.steps} evolution steps, "
+        lines = [f"Reflective race: {self.pool.scored()} prompts scored ({self.steps} evolution steps, "
                  f"{self.parents} parent{'s' if self.parents > 1 else ''} per reflection step{measured}; children by "
                  f"move: {made}); race block {len(self.race.block)} dev examples; finalists on "
                  f"{len(final.final_ids)} dev examples; calibration {said}"
