@@ -11,7 +11,15 @@ run_oracle` calls `prompttune.engine.study.run_study`): train 200 / dev 300 / te
   (every optimizer can reach one: word slot, proposed instruction or demo set);
 - +10-rare: better prompts are rare: only "Pick" with the "Label:" output and the " | " separator,
   3 of the space's 54 prompts, are 10 points better (demos do not help), so the search must find
-  three choices together before the verdict can confirm anything.
+  three choices together before the verdict can confirm anything. The space (`error_rate_space`):
+  verb slot (Name, Pick, State) × field (Input, Text, Item) × output (Answer, Label, Colour) ×
+  separator ("\n", " | "), 3 × 3 × 3 × 2;
+- +10-rare72: the same rule on a space of another shape (`error_rate_space_72`), so the power above
+  is not one space's figure: a fourth output format ("Class:"), 3 × 3 × 4 × 2 = 72 prompts, of which
+  the same 3 ("Pick", "Label:", " | ", any of the three fields) are 10 points better. The better
+  prompts are 1 in 24 of the grid (1 in 18 of the 54), the output dimension has four values where
+  the others have two or three, and an optimizer that writes its own "Pick" instruction still has to
+  find 1 of 8 output × separator pairs (1 of 6 in the 54).
 
 Reported with Clopper-Pearson 95% intervals: how often a run confirms (null: false confirm;
 otherwise power = the shipped prompt is confirmed and truly better), how often the dev winner is
@@ -39,14 +47,24 @@ OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro", "reflec
 CONDITIONS = {"null": (0.0, 0.0), "null-corr": (0.0, 0.5), "+5": (0.05, 0.0), "+10": (0.10, 0.0),
               "+5-corr": (0.05, 0.5), "+10-corr": (0.10, 0.5)}
 RARE = "+10-rare"  # only 3 of the 54 prompts are better (prompttune.testing.is_better), by 10 points
+RARE72 = "+10-rare72"  # the same 3-choice rule on the 72-prompt space (prompttune.testing.error_rate_space_72)
+SHAPES = {RARE: "54", RARE72: "72"}  # rare condition: its space in prompttune.testing.ERROR_RATE_SPACES
+ALL_CONDITIONS = (*CONDITIONS, *SHAPES)
 BUDGET = 3000
+
+
+def condition_args(condition: str) -> dict:
+    """`error_rate_run`'s arguments for a condition: delta, rho, rare and the space's shape."""
+    if condition in SHAPES:
+        return {"delta": 0.10, "rho": 0.0, "rare": True, "shape": SHAPES[condition]}
+    delta, rho = CONDITIONS[condition]
+    return {"delta": delta, "rho": rho, "rare": False, "shape": "54"}
 
 
 def one_run(job: tuple[str, str, int]) -> dict:
     name, condition, seed = job
-    delta, rho = (0.10, 0.0) if condition == RARE else CONDITIONS[condition]
     return {"optimizer": name, "condition": condition, "seed": seed,
-            **error_rate_run(name, BUDGET, seed, delta, rho, rare=condition == RARE)}
+            **error_rate_run(name, BUDGET, seed, **condition_args(condition))}
 
 
 def rate(k: int, n: int) -> str:
@@ -83,10 +101,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=200)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--optimizers", default=",".join(OPTIMIZERS))
-    parser.add_argument("--conditions", default=",".join([*CONDITIONS, RARE]))
+    parser.add_argument("--conditions", default=",".join(ALL_CONDITIONS),
+                        help="comma-separated, of: " + ", ".join(ALL_CONDITIONS) + " (the module docstring says what "
+                             "each is; +10-rare is 3 better prompts of 54, +10-rare72 3 of 72, another shape)")
     parser.add_argument("--save", type=Path, help="write every run's outcome here as JSON lines")
     args = parser.parse_args()
     optimizers, conditions = args.optimizers.split(","), args.conditions.split(",")
+    if unknown := [c for c in conditions if c not in ALL_CONDITIONS]:
+        parser.error(f"unknown condition {', '.join(unknown)} (known: {', '.join(ALL_CONDITIONS)})")
     jobs = [(o, c, s) for o in optimizers for c in conditions for s in range(args.seeds)]
     started = time.time()
     with ProcessPoolExecutor(args.workers) as pool:

@@ -62,8 +62,8 @@ def _digest(text: str) -> int:
 def is_better(text: str, rare: bool = False) -> bool:
     """The truly better prompts of `OracleProblem` and the error-rate problem: 'Pick' in the instruction,
     or two or more demos (query included: 3 texts); `rare`: only 'Pick' with the 'Label:' output and the
-    ' | ' separator (3 of the error-rate space's 54 prompts, whatever the field name), so a search must
-    find three choices together."""
+    ' | ' separator (3 of the error-rate space's 54 prompts, whatever the field name; 3 of
+    `error_rate_space_72`'s 72 as well), so a search must find three choices together."""
     if rare:
         return "Pick the colour" in text and "Label:" in text and " | " in text
     return "Pick the colour" in text or text.count(" is about colour ") >= 3
@@ -215,6 +215,26 @@ def error_rate_space() -> SearchSpace:
     return SearchSpace("error-rates", base, dims)
 
 
+def error_rate_space_72() -> SearchSpace:
+    """The error-rate problem in another shape (benchmarks/error_rates.py's `+10-rare72`): the verb slot,
+    field and separator of `error_rate_space`, a fourth output format ('Class:'): 3 × 3 × 4 × 2 = 72
+    prompts. `is_better(text, rare=True)` names 3 of them, as of the 54 ('Pick', 'Label:', ' | ', any
+    field), but the output is now one of four: the better prompts are 1 in 24 of the grid (1 in 18 there),
+    and for an optimizer that writes its own 'Pick' instruction 1 in 8 of the output × separator choices
+    (1 in 6 there)."""
+    dims = [Dimension("verb", ("Name", "Pick", "State"), "slot:verb", kind="word"),
+            Dimension("field", ("Input: {}", "Text: {}", "Item: {}"), "input:text"),
+            Dimension("output", ("Answer: {}", "Label: {}", "Colour: {}", "Class: {}"), "output_template"),
+            Dimension("separator", ("\n", " | "), "intra_separator")]
+    base = PromptSpec(instruction="{verb} the colour of the item ({labels}).",
+                      input_templates=(("text", "Input: {}"),), label_words=("red", "green", "blue"))
+    return SearchSpace("error-rates-72", base, dims)
+
+
+ERROR_RATE_SPACES: dict[str, Callable[[], SearchSpace]] = {"54": error_rate_space, "72": error_rate_space_72}
+"""The error-rate problem's spaces by shape (their number of prompts), for `error_rate_run`'s `shape`."""
+
+
 def error_rate_accuracy(delta: float, base: float = 0.6, rare: bool = False) -> Callable[[str], float]:
     """`base`, and `base + delta` for the prompts `is_better` names (delta 0: the null)."""
     return lambda text: base + delta if is_better(text, rare) else base
@@ -241,9 +261,12 @@ def error_rate_proposer() -> Callable[[str], str]:
 
 
 def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float, rare: bool = False,
-                   options: dict | None = None) -> dict:
-    """One search and verdict on the error-rate problem: did it confirm, is what ships truly better?"""
-    run = run_oracle(name, budget, seed=seed, sizes=ERROR_RATE_SIZES, space=error_rate_space(),
+                   options: dict | None = None, *, shape: str = "54") -> dict:
+    """One search and verdict on the error-rate problem: did it confirm, is what ships truly better?
+    `shape` picks the space from `ERROR_RATE_SPACES` (default: `error_rate_space`, 54 prompts)."""
+    if shape not in ERROR_RATE_SPACES:
+        raise ValueError(f"error-rate space shape {shape!r}: known shapes are {', '.join(ERROR_RATE_SPACES)}")
+    run = run_oracle(name, budget, seed=seed, sizes=ERROR_RATE_SIZES, space=ERROR_RATE_SPACES[shape](),
                      accuracy=error_rate_accuracy(delta, rare=rare), proposals=error_rate_proposer(),
                      correlation=rho, options=options)
     train = {e.id: e for e in run.task.splits["train"]}
