@@ -5,6 +5,7 @@ time, and the report holds the protocol's sections (partial said so)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,6 +28,8 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
     repo = tmp_path / "repo"
     (repo / "docs" / "results").mkdir(parents=True)
     (repo / "docs" / "results" / "headline_protocol.md").write_text("protocol\n")
+    (repo / "prompttune").mkdir()  # the package the record names: this checkout's
+    (repo / "prompttune" / "__init__.py").write_text("")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "protocol")
@@ -36,8 +39,10 @@ def repo(tmp_path: Path, monkeypatch) -> Path:
             "--runs-dir", str(runs),
             "--cache", str(runs / "headline-colours" / "cache.sqlite"), "--optimizers", "sh,sh-eta2=sh:eta=2,random"]
     monkeypatch.setattr(headline, "REPO", repo)
+    monkeypatch.setattr(headline, "package_dir", lambda: repo / "prompttune")
+    claims = (headline.ClaimSpec("primary", "sh", "random"), headline.ClaimSpec("secondary", "sh", "random", 0.03))
     monkeypatch.setattr(headline, "PROTOCOL", {"colours": headline.Headline(
-        args, claim=("sh", "random"), ablation=("sh", "sh-eta2"), seeds=2)})
+        args, claims=claims, ablation=("sh", "sh-eta2"), seeds=2)})
     monkeypatch.setattr(comparison, "build_backend", oracle_for)
     return repo
 
@@ -50,7 +55,7 @@ def _one_line_refusal(argv: list[str], capsys) -> str:
 
 
 def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_path: Path, capsys) -> None:
-    assert "not a headline task" in _one_line_refusal(["agnews-typo"], capsys)
+    assert "not a headline" in _one_line_refusal(["agnews-typo"], capsys)
     (repo / "stray.txt").write_text("x")
     assert "is dirty (1 paths" in _one_line_refusal(["colours", "--jobs", "1"], capsys)
     assert not (tmp_path / "runs").exists()  # refused before anything ran
@@ -63,6 +68,8 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert (record["commit"], record["dirty"], record["allow_dirty"], record["cache_empty_at_start"]) == (
         commit, False, False, True)
+    assert record["package"] == {"path": str(repo / "prompttune"), "checkout": str(repo.resolve()),
+                                 "commit": commit, "dirty": False}
     assert record["machine"]["cpus"] > 0 and record["machine"]["platform"] and record["started"]
     assert record["command"].startswith("compare --task ") and record["command"].endswith("--jobs 1")
     assert record["resumes"] == []
@@ -87,6 +94,8 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     report = (repo / "docs" / "results" / "headline_colours.md").read_text()
     assert "Partial" not in report
     for section in ("## Provenance", f"- commit: {commit}", "- dirty: false", "- cache empty at start: true",
+                    f"- imported package: `{repo / 'prompttune'}` at {commit} (the same commit), dirty: false",
+                    "## What each arm searched", "| baseline (the task's prompt) | 2 |",
                     f"- resumes: {resumed['at']}", "- seen before: not a built-in task",
                     "- generation check: 30 test examples per arm and seed", "## Served by generation (descriptive)",
                     "## Mean guarded test accuracy per arm", "| sh-eta2 | 2 |",
@@ -96,11 +105,16 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     assert (repo / "docs" / "results" / "headline_colours.png").is_file()
     saved = headline.task_result(repo / "docs" / "results" / "headline_colours.json")
     assert saved == headline.task_result(run_dir) and saved.missing == [] and saved.record["commit"] == commit
-    assert sorted(saved.accuracies) == ["random", "sh", "sh-eta2"] and all(
+    assert sorted(saved.accuracies) == ["baseline", "random", "sh", "sh-eta2"] and all(
         sorted(seeds) == [0, 1] for seeds in saved.accuracies.values())
     served = report.split("## Served by generation (descriptive)")[1].split("## ")[0]
-    assert [line.split(" | ")[:2] for line in served.splitlines() if line.startswith("| sh")] == [
-        ["| sh", "2"], ["| sh-eta2", "2"]]  # every arm-seed checked: the arm's shipped prompts by generation
+    assert [line.split(" | ")[:2] for line in served.splitlines() if line.startswith(("| sh", "| baseline"))] == [
+        ["| baseline", "2"], ["| sh", "2"], ["| sh-eta2", "2"]]  # the baseline once per seed, then every arm-seed
+    searched = report.split("## What each arm searched")[1].split("## ")[0]
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in searched.splitlines() if line.startswith("| sh")
+            or line.startswith("| random")}
+    assert set(rows) == {"sh", "sh-eta2", "random"} and all(row[3] == "0 of 2" for row in rows.values())
+    assert all(row[4] == "– (writes none) |" for row in rows.values())  # grid searchers write no instruction
     assert "## Served by generation (descriptive)" in (run_dir / "report.md").read_text()
 
     # With spread between the claim's arms the claims are tested: one-sided t p and its BH p, printed as values.
@@ -118,6 +132,17 @@ def test_headline_run_records_provenance_resumes_and_reports(repo: Path, tmp_pat
     assert "resume at the same commit" in _one_line_refusal(["colours", "--resume", str(run_dir)], capsys)
 
 
+def test_a_run_whose_imported_package_is_not_the_checkout_is_refused(repo: Path, tmp_path: Path, capsys,
+                                                                     monkeypatch) -> None:
+    """The record must name the code that ran: an editable install of another checkout is refused in one line."""
+    elsewhere = tmp_path / "other" / "prompttune"
+    elsewhere.mkdir(parents=True)
+    monkeypatch.setattr(headline, "package_dir", lambda: elsewhere)
+    assert f"the imported prompttune is {elsewhere}, not this checkout's" in _one_line_refusal(
+        ["colours", "--jobs", "1"], capsys)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_combine_judges_every_task_s_claims_together(repo: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     """--combine: one BH family over the tasks' claims; a task missing from the family makes it partial."""
     assert headline.main(["colours", "--jobs", "1"]) == 0
@@ -129,16 +154,46 @@ def test_combine_judges_every_task_s_claims_together(repo: Path, tmp_path: Path,
             arm["confirmation"]["best_accuracy"] -= 0.3 + 0.1 * arm["seed"]
             path.write_text(json.dumps(arm))
     alone = headline.combine_text([run_dir])
-    assert "Partial family" not in alone and "One commit for every task." in alone
+    assert "Partial family" not in alone and "One commit for every headline." in alone
     assert "Benjamini–Hochberg across these 2 claims" in alone
     assert len([line for line in alone.splitlines() if line.endswith("| yes |")]) == 2
 
     monkeypatch.setattr(headline, "PROTOCOL", {**headline.PROTOCOL, "other": headline.PROTOCOL["colours"]})
     assert "**Partial family**: not the headline (other: no run given)" in headline.combine_text([run_dir])
     assert "given twice" in _one_line_refusal(["--combine", str(run_dir), str(run_dir)], capsys)
-    assert "give a task, or --combine" in _one_line_refusal(["colours", "--combine", str(run_dir)], capsys)
+    assert "give a headline, or --combine" in _one_line_refusal(["colours", "--combine", str(run_dir)], capsys)
     assert headline.main(["--combine", str(run_dir)]) == 0
     assert (repo / "docs" / "results" / "headline_claims.md").read_text() == headline.combine_text([run_dir])
+
+
+def test_a_v2_headline_claims_against_the_baseline_and_its_family_is_judged_apart(repo: Path, tmp_path: Path,
+                                                                                  capsys, monkeypatch) -> None:
+    """Protocol v2's shape: claims against two arms and the baseline, no ablation, its own protocol and family page;
+    one protocol's headlines are combined at a time, and no default is picked from v2."""
+    assert headline.main(["colours", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    [run_dir] = (tmp_path / "runs").glob("*-compare")
+    v2 = headline.Headline(headline.PROTOCOL["colours"].args, claims=(
+        headline.ClaimSpec("primary", "sh", "random"), headline.ClaimSpec("secondary", "sh", headline.BASELINE)),
+        ablation=None, seeds=2, family="v2")
+    monkeypatch.setattr(headline, "PROTOCOL", {**headline.PROTOCOL, "colours-v2": v2})
+    run_v2 = tmp_path / "v2-compare"
+    shutil.copytree(run_dir, run_v2)
+    record = json.loads((run_v2 / "headline.json").read_text())
+    (run_v2 / "headline.json").write_text(json.dumps({**record, "task": "colours-v2"}))
+    family = headline.combine_text([run_v2])
+    assert "Benjamini–Hochberg across these 2 claims" in family and "colours-v2: sh − baseline > 0 |" in family
+    assert "[← protocol](headline_protocol_v2.md)" in family and "optimize's default" not in family
+    assert "belong to protocols v1, v2" in _one_line_refusal(["--combine", str(run_dir), str(run_v2)], capsys)
+    assert headline.main(["--combine", str(run_v2)]) == 0
+    assert (repo / "docs" / "results" / "headline_claims_v2.md").read_text() == family
+    assert headline.main(["colours-v2", "--report", str(run_v2)]) == 0
+    report = (repo / "docs" / "results" / "headline_colours-v2.md").read_text()
+    assert "[← protocol](headline_protocol_v2.md)" in report and "## Ablation" not in report
+    baseline = next(line for line in report.splitlines() if line.startswith("| baseline (the task's prompt)"))
+    runs = [json.loads(path.read_text()) for path in run_v2.glob("arms/*/arm.json")]
+    per_seed = {run["seed"]: run["confirmation"]["baseline_accuracy"] for run in runs}
+    assert baseline.endswith(" | ".join(f"{per_seed[seed]:.3f}" for seed in (0, 1)) + " |")
 
 
 def test_combine_reads_a_saved_result_and_picks_the_default_only_for_a_whole_family(
@@ -181,3 +236,12 @@ def test_seen_before_counts_the_test_examples_earlier_runs_drew(monkeypatch) -> 
     monkeypatch.setattr(headline, "EARLIER_SPLIT_SEEDS", range(0))
     assert headline.seen_before(run, [100, 101]) == (total, 0, 0)
     assert headline.seen_before({**run, "task": "my_task.csv"}, [100]) is None
+    assert headline.in_first_headline(run, [100]) == len({ex for ex in _tests(run, 100)})  # its own draw: all of it
+    second = {**run, "split_seed": 105, "test_size": 300}  # protocol v2's generate draws, same reporting half
+    assert 0 < headline.in_first_headline(second, [105]) <= len(_tests(second, 105))
+
+
+def _tests(run: dict, split_seed: int) -> set[str]:
+    sizes = headline.SplitSizes(run["train_size"], run["dev_size"], run["test_size"])
+    [draw] = headline.builtin_draws(run["task"], run["data_dir"], sizes, [split_seed], run["pool"])
+    return {headline.example_text(ex) for ex in draw.splits["test"]}

@@ -110,21 +110,21 @@ def test_real_tasks_report_on_examples_no_tuning_draw_holds(data_dir: Path) -> N
 
 
 def test_tuning_refuses_the_reporting_pool_and_seeds() -> None:
-    require_tuning("tuning", [0, 5, 99, 105], "probe")
+    require_tuning("tuning", [0, 5, 99, 110], "probe")
     require_tuning("all", [7], "probe")
     with pytest.raises(UserError, match="the reporting pool is for the headline run only"):
         require_tuning("reporting", [7], "probe")
-    with pytest.raises(UserError, match="split seed\\(s\\) 100, 104 are reporting seeds"):
-        require_tuning("tuning", [99, 100, 104], "probe")
-    assert list(REPORTING_SPLIT_SEEDS) == [100, 101, 102, 103, 104]
+    with pytest.raises(UserError, match="split seed\\(s\\) 100, 104, 109 are reporting seeds"):
+        require_tuning("tuning", [99, 100, 104, 109], "probe")
+    assert list(REPORTING_SPLIT_SEEDS) == list(range(100, 110))  # protocols v1 and v2
 
 
 def test_a_tuning_benchmark_refuses_a_reporting_seed_in_one_line() -> None:
     done = subprocess.run([sys.executable, "benchmarks/demo_lengths.py", "--split-seed", "102"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == ("error: demo_lengths.py: split seed(s) 102 are reporting seeds (100-104, "
-                                   "docs/results/headline_protocol.md); tune on other seeds")
+    assert done.stderr.strip() == ("error: demo_lengths.py: split seed(s) 102 are reporting seeds (100-109, "
+                                   "docs/results/headline_protocol*.md); tune on other seeds")
 
 
 def test_the_cli_takes_a_pool_and_refuses_one_a_task_file_lacks(capsys, tmp_path: Path) -> None:

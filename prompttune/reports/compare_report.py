@@ -242,21 +242,25 @@ def _baselines(c: "CompareResult") -> str:
 
 
 def generation_lines(runs: list[ArmRun], arms: list[str]) -> list[str]:
-    """Descriptive: each arm's shipped prompts served by generation (`--check-generation N`), means over the
-    arm-seeds checked; nothing where no arm-seed ran the check."""
-    checked = {arm: [r.generation_check.shipped for r in runs if r.arm == arm and r.generation_check is not None
-                     and r.generation_check.shipped is not None] for arm in arms}
+    """Descriptive: the baseline and each arm's shipped prompts served by generation (`--check-generation N`), means
+    over the seeds checked (the baseline once per seed: every arm of a seed tests it on the same examples); nothing
+    where no arm-seed ran the check."""
+    checks = [r for r in runs if r.generation_check is not None]
+    checked = {arm: [r.generation_check.shipped for r in checks if r.arm == arm and r.generation_check.shipped is not None]
+               for arm in arms}
     if not any(checked.values()):
         return []
-    n = next(r.generation_check.n for r in runs if r.generation_check is not None)
-    rows = [[arm, str(len(shipped)), f"{mean(s.valid_rate for s in shipped):.1%}",
-             f"{mean(s.accuracy for s in shipped):.3f}", f"{mean(s.verdict_accuracy for s in shipped):.3f}"]
-            for arm, shipped in checked.items() if shipped]
+    baselines = list({r.seed: r.generation_check.baseline for r in checks if r.generation_check.baseline}.values())
+    n = checks[0].generation_check.n
+    rows = [[label, str(len(served)), f"{mean(s.valid_rate for s in served):.1%}",
+             f"{mean(s.accuracy for s in served):.3f}", f"{mean(s.verdict_accuracy for s in served):.3f}"]
+            for label, served in [("baseline", baselines), *checked.items()] if served]
     return ["## Served by generation (descriptive)", "",
-            f"Each arm-seed's shipped prompt, answering freely on the first {n} test examples (an answer holding no "
-            "single label counts as wrong), beside the verdict's accuracy on the same examples; means over seeds. "
-            "Outside the budget, and no claim.", "",
-            *_table(["arm", "seeds", "valid answers", "accuracy by generation", "verdict's accuracy"], rows), ""]
+            f"The baseline and each arm-seed's shipped prompt, answering freely on the first {n} test examples (an "
+            "answer holding no single label counts as wrong), beside the verdict's accuracy for the same prompt on the "
+            "same examples (the verdict's contract, not generation); means over seeds. Outside the budget, and no "
+            "claim.", "",
+            *_table(["prompt", "seeds", "valid answers", "accuracy by generation", "verdict's accuracy"], rows), ""]
 
 
 def report_text(comparison: "CompareResult") -> str:

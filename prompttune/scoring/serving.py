@@ -54,8 +54,11 @@ class GenerationCheck:
     @property
     def shipped(self) -> ServedPrompt | None:
         """The shipped prompt's figures (the baseline's when it ships)."""
-        return next((p for p in self.prompts if p.role == "shipped"),
-                    next((p for p in self.prompts if p.role == "baseline"), None))
+        return next((p for p in self.prompts if p.role == "shipped"), self.baseline)
+
+    @property
+    def baseline(self) -> ServedPrompt | None:
+        return next((p for p in self.prompts if p.role == "baseline"), None)
 
     def headline(self) -> str | None:
         """One line on the shipped prompt served by generation; None when the check was skipped."""

@@ -23,8 +23,9 @@ REPORTING_SHARE = 0.5
 """Share of each task's test source held for reporting: enough for 1000-example test draws per seed
 (agnews 7,600 rows, trec ~5,400 questions, sst2 ~7,000 train sentences) with the rest left to tune on."""
 
-REPORTING_SPLIT_SEEDS = range(100, 105)
-"""Split seeds declared for the headline run (docs/results/headline_protocol.md): no tuning may use them."""
+REPORTING_SPLIT_SEEDS = range(100, 110)
+"""Split seeds declared for the headline runs: 100-104 (docs/results/headline_protocol.md) and 105-109
+(docs/results/headline_protocol_v2.md). No tuning may use them."""
 
 
 def normalized(text: str) -> str:
@@ -72,7 +73,7 @@ def require_tuning(pool: str, split_seeds: Iterable[int], what: str) -> None:
     if used := sorted(set(split_seeds) & set(REPORTING_SPLIT_SEEDS)):
         raise UserError(f"{what}: split seed(s) {', '.join(map(str, used))} are reporting seeds "
                         f"({REPORTING_SPLIT_SEEDS.start}-{REPORTING_SPLIT_SEEDS.stop - 1}, "
-                        f"docs/results/headline_protocol.md); tune on other seeds")
+                        f"docs/results/headline_protocol*.md); tune on other seeds")
 
 
 def exit_unless_tuning(pool: str, split_seeds: Iterable[int], what: str) -> None:
