@@ -21,9 +21,11 @@
 #      dtype / attention / reuse path is fastest within 1e-2 nats of fp32
 #   t  decode_together.py: reflect's four critiques decoded alone (one after another) and in one batch
 #   c  make optimize's job on the device: optimize --task agnews --budget 2000
-#   d  the main job: optimize --task agnews --budget 40000 --option decode_together=true (stopped at its
-#      limit: the calls done so far). The defaults on this backend are the one-parent search a7de703's check
-#      ran (about 326 s projected); four parents with their critiques decoded together are its way to 120 s
+#   d  the main job with the defaults: optimize --task agnews --budget 40000 (stopped at its limit: the
+#      calls done so far). reflect times the writer's batch decoding on the device and draws four parents per
+#      step where four texts decode in under two texts' time (the run's plan says which); the contract is the
+#      default, `choice` (engine_overhead.py projects 67 s on one H200 at 6cfc2fd; a7de703's one-parent
+#      `logprobs` check ran about 326 s projected)
 #   e  gpu_check_summary.py: which steps finished or were cut, and c's and d's calls/s as a fraction of
 #      a's prompts/s, in $OUT/summary.txt (rewritten after every step)
 #
@@ -218,8 +220,7 @@ check() {
   local opt=(-m prompttune optimize --task agnews --device "$DEVICE" --model "$MODEL" --batch-size "$BATCH"
              "${sizes[@]}")
   step c_optimize_2k "${limits[5]}" "$PY" "${opt[@]}" --budget "$c_budget" --runs-dir "$WORK/runs/c"
-  step d_optimize_40k "${limits[6]}" "$PY" "${opt[@]}" --budget "$d_budget" --option decode_together=true \
-    --runs-dir "$WORK/runs/d"
+  step d_optimize_40k "${limits[6]}" "$PY" "${opt[@]}" --budget "$d_budget" --runs-dir "$WORK/runs/d"
   # The two runs' logs (not their caches or HTML) as one file: $OUT brings back at most 8.
   tar -czf "$OUT/runs.tar.gz" -C "$WORK/runs" --exclude='cache.sqlite*' --exclude='*.html' --exclude='*.png' .
   cat "$OUT/summary.txt"

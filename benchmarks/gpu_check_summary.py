@@ -53,6 +53,7 @@ class RunProgress:
     search_seconds: float
     wall_seconds: float | None
     outcome: str
+    use: dict | None = None  # verdict.json's backend_use: seconds scoring, generating and in the engine
 
 
 def run_progress(runs: Path, log: Path) -> RunProgress | None:
@@ -67,12 +68,14 @@ def run_progress(runs: Path, log: Path) -> RunProgress | None:
     calls = max((json.loads(line).get("budget_spent", 0) for line in lines if line.strip()), default=0)
     seconds = trials.stat().st_mtime - (run / "config.json").stat().st_mtime if lines else 0.0
     verdict = run / "verdict.json"
-    wall = json.loads(verdict.read_text()).get("wall_seconds") if verdict.is_file() else None
+    saved = json.loads(verdict.read_text()) if verdict.is_file() else {}
+    wall, use = saved.get("wall_seconds"), saved.get("backend_use")
     text = log.read_text(errors="replace") if log.is_file() else ""
     loaded = re.search(r"TransformersBackend: \S+\|(\w+)", text)
     outcome = next((found.group(1) for line in reversed(text.splitlines()) if (found := VERDICT_LINE.match(line))),
                    "no verdict (stopped before the held-out test)")
-    return RunProgress(DTYPES.get(loaded.group(1), loaded.group(1)) if loaded else "?", calls, seconds, wall, outcome)
+    return RunProgress(DTYPES.get(loaded.group(1), loaded.group(1)) if loaded else "?", calls, seconds, wall, outcome,
+                       use)
 
 
 def summary(work: Path, out: Path) -> list[str]:
@@ -93,6 +96,9 @@ def summary(work: Path, out: Path) -> list[str]:
             continue
         rate = progress.calls / progress.search_seconds if progress.search_seconds > 0 else 0.0
         wall = f", run wall {progress.wall_seconds:.0f} s" if progress.wall_seconds is not None else ""
+        if (use := progress.use) is not None:
+            wall += (f" (scoring {use['scoring_seconds']:.0f} s, generating {use['generation_seconds']:.0f} s, engine "
+                     f"{use['engine_seconds']:.0f} s, {use['calls']} backend calls)")
         lines.append(f"{step} ({progress.dtype}): {progress.calls} calls in {progress.search_seconds:.0f} s of search "
                      f"= {rate:.1f} calls/s{wall}; {progress.outcome}")
         for r in rows:

@@ -55,11 +55,14 @@ def test_a_cut_main_job_reports_its_calls_per_second_against_the_same_dtype(tmp_
     c_run.mkdir(parents=True)
     (c_run / "config.json").write_text("{}")
     (c_run / "trials.jsonl").write_text(json.dumps({"budget_spent": 2000}) + "\n")
+    (c_run / "verdict.json").write_text(json.dumps({"wall_seconds": 41.2, "backend_use": {
+        "calls": 47, "scoring_seconds": 4.8, "generation_seconds": 11.4, "engine_seconds": 0.7}}))
     (out / "c_optimize_2k.log").write_text(  # optimize's last line, as it prints it
         "TransformersBackend: embedded:smollm2-135m-instruct|float32\nserve logprobs, verdict scored by label "
         "log-probabilities: baseline test accuracy 0.512, dev winner 0.744, one-sided McNemar p 3.277e-33; "
         "confirmed: ...; budget used 1999/2000; reports: r\n")
-    assert any(line.startswith("c_optimize_2k (fp32): 2000 calls") and line.endswith(
+    assert any(line.startswith("c_optimize_2k (fp32): 2000 calls") and ", run wall 41 s (scoring 5 s, generating 11 s, "
+               "engine 1 s, 47 backend calls); baseline" in line and line.endswith(
         "; baseline test accuracy 0.512, dev winner 0.744, one-sided McNemar p 3.277e-33; confirmed: ...; budget "
         "used 1999/2000; reports: r") for line in summary(work, out))
 
