@@ -128,7 +128,7 @@ def test_it_spends_at_least_ninety_percent_of_the_cap_and_never_more(budget: int
     assert "Pick the colour" in run.outcome.leader.spec.instruction
 
 
-@pytest.mark.parametrize("budget, refit", [(1000, False), (3000, True)])
+@pytest.mark.parametrize("budget, refit", [(800, False), (3000, True)])
 def test_under_choice_the_plan_pays_for_twins_decoded_apart_and_the_final_race_runs_in_full(budget: int,
                                                                                             refit: bool) -> None:
     """Under `choice` a twin's offsets change what is decoded, so its answers take calls of their own: the screen,

@@ -37,9 +37,10 @@ class FinalRace:
         of `keys` refit (all by default)."""
         if not (self.refitting(context) and self.pool.offsets_decoded):
             return self.cost(keys, ids)
-        raws = {self.pool.key(replace(genome, label_bias=())) for key in (keys if refit is None else refit)
+        raws = {(raw := self.pool.build(replace(genome, label_bias=()))).id: raw.spec
+                for key in (keys if refit is None else refit)
                 if (genome := self.pool.genomes.get(key)) is not None and not genome.calibrate}
-        return self.cost([*keys, *raws], ids) + len(raws) * len(ids)
+        return self.cost([*keys, *raws], ids) + len(set(raws.values())) * len(ids)  # one twin per distinct prompt
 
     def refitting(self, context: SearchContext) -> bool:
         return self.options.refit and self.options.calibration == "batch" and context.label_offsets

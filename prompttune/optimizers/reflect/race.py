@@ -97,10 +97,10 @@ class Race:
                 slots.append([candidate.id, twin.id])
         return slots
 
-    def entry_cost(self) -> int:
+    def entry_cost(self, twin: bool = True) -> int:
         """Calls one prompt's entry on the block costs: its raw prompt's answers, contextual calibration's 3
-        probes, and its twin's answers where the contract decodes the offsets (`choice`)."""
-        block, decoded = len(self.block), self.pool.offsets_decoded and self.calibration != "off"
+        probes, and (with `twin`) its twin's answers where the contract decodes the offsets (`choice`)."""
+        block, decoded = len(self.block), twin and self.pool.offsets_decoded and self.calibration != "off"
         return block + (3 if self.calibration == "contextual" else 0) + (block if decoded else 0)
 
     def _twin(self, raw: Genome, candidate: Candidate) -> Genome | None:

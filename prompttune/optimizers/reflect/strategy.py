@@ -179,10 +179,13 @@ class ReflectiveRace(Optimizer):
         """The most draws (at least 3) the screen's share pays for: each entered on the first block (`entry_cost`,
         plus the share `sampled` of a proposer call), then, where more than the pool are alive, the best
         `2 × pool` on a second block as long. Paying for a second block only where the draws outnumber the pool
-        lets a small budget screen more draws than a fixed reserve for it would."""
+        lets a small budget screen more draws than a fixed reserve for it would. A twin's own calls under
+        `choice` are not counted: the screen draws as widely as under `logprobs` and the evolve stage pays for
+        its twins (counting them halved the draws, and on the synthetic oracle's rare-better problem reflect's
+        power fell from 66.0% to 46.5%: docs/results/error_rates_reflect.md)."""
         share, pool, block = int(self.options.screen_share * self.context.budget), self.options.pool, len(self.race.block)
         twins = self.race.calibration != "off"
-        per_draw = self.race.entry_cost() + sampled
+        per_draw = self.race.entry_cost(twin=False) + sampled
 
         def cost(width: int) -> float:
             alive = width * (2 if twins else 1)
