@@ -36,11 +36,13 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from statsmodels.stats.proportion import proportion_confint  # noqa: E402
 
+from prompttune.core.config import DEFAULT_SERVE, Serve  # noqa: E402
 from prompttune.testing import ERROR_RATE_SIZES, error_rate_run  # noqa: E402
 
 OPTIMIZERS = ("random", "sh", "spread", "cople", "p2g", "bfrs", "mipro", "reflect")
@@ -61,10 +63,10 @@ def condition_args(condition: str) -> dict:
     return {"delta": delta, "rho": rho, "rare": False, "shape": "54"}
 
 
-def one_run(job: tuple[str, str, int]) -> dict:
-    name, condition, seed = job
+def one_run(job: tuple[str, str, int, str]) -> dict:
+    name, condition, seed, serve = job
     return {"optimizer": name, "condition": condition, "seed": seed,
-            **error_rate_run(name, BUDGET, seed, **condition_args(condition))}
+            **error_rate_run(name, BUDGET, seed, **condition_args(condition), serve=serve)}
 
 
 def rate(k: int, n: int) -> str:
@@ -105,11 +107,13 @@ def main() -> None:
                         help="comma-separated, of: " + ", ".join(ALL_CONDITIONS) + " (the module docstring says what "
                              "each is; +10-rare is 3 better prompts of 54, +10-rare72 3 of 72, another shape)")
     parser.add_argument("--save", type=Path, help="write every run's outcome here as JSON lines")
+    parser.add_argument("--serve", choices=get_args(Serve), default=DEFAULT_SERVE,
+                        help="the contract every search and verdict scores in (default: optimize's)")
     args = parser.parse_args()
     optimizers, conditions = args.optimizers.split(","), args.conditions.split(",")
     if unknown := [c for c in conditions if c not in ALL_CONDITIONS]:
         parser.error(f"unknown condition {', '.join(unknown)} (known: {', '.join(ALL_CONDITIONS)})")
-    jobs = [(o, c, s) for o in optimizers for c in conditions for s in range(args.seeds)]
+    jobs = [(o, c, s, args.serve) for o in optimizers for c in conditions for s in range(args.seeds)]
     started = time.time()
     with ProcessPoolExecutor(args.workers) as pool:
         results = list(pool.map(one_run, jobs, chunksize=8))
@@ -117,7 +121,7 @@ def main() -> None:
         args.save.write_text("".join(json.dumps(r) + "\n" for r in results))
     print(f"{len(jobs)} runs ({args.seeds} seeds × {len(optimizers)} optimizers × {len(conditions)} conditions), "
           f"budget {BUDGET}, dev {ERROR_RATE_SIZES.dev}, test {ERROR_RATE_SIZES.test}, α = 0.05 (test), "
-          f"dev α = 0.10 per sweep; {time.time() - started:.0f} s\n")
+          f"dev α = 0.10 per sweep, serve {args.serve}; {time.time() - started:.0f} s\n")
     print(table(results, conditions, optimizers))
     leader = {c: sum(r["leader_better"] for r in results if r["condition"] == c) for c in conditions}
     per = len(optimizers) * args.seeds

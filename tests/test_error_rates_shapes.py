@@ -47,17 +47,20 @@ def test_the_72_prompt_space_is_another_layout() -> None:
 def test_the_new_condition_runs_through_the_engine_on_the_72_prompt_space(monkeypatch) -> None:
     """A few seeds of +10-rare72 through `one_run` (the benchmark's own path): the engine searched the 72-prompt
     space, and each run reports what the other conditions report."""
-    searched = []
+    searched, contracts = [], []
     run_oracle = testing.run_oracle
 
     def spy(*args, **kwargs):
         searched.append(kwargs["space"])
+        contracts.append(kwargs["serve"])
         return run_oracle(*args, **kwargs)
 
     monkeypatch.setattr(testing, "run_oracle", spy)
-    others = [one_run(("reflect", condition, 0)) for condition in ("null", "+10-rare")]
-    runs = [one_run((name, "+10-rare72", seed)) for name in ("reflect", "sh") for seed in range(2)]
+    others = [one_run(("reflect", condition, 0, serve)) for condition, serve in (("null", "logprobs"),
+                                                                                  ("+10-rare", "choice"))]
+    runs = [one_run((name, "+10-rare72", seed, "choice")) for name in ("reflect", "sh") for seed in range(2)]
     assert [s.name for s in searched] == ["error-rates", "error-rates"] + ["error-rates-72"] * 4
+    assert contracts == ["logprobs"] + ["choice"] * 5  # --serve reaches the engine
     assert all(s.size().value == 72 for s in searched[2:])
     for run in runs:
         assert run.keys() == others[0].keys() == others[1].keys()

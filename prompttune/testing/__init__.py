@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from prompttune.core.config import RunConfig
+from prompttune.core.config import DEFAULT_SERVE, RunConfig, Serve
 from prompttune.core.types import Example
 from prompttune.engine.study import run_study
 from prompttune.results.run import RunResult
@@ -184,14 +184,16 @@ class OracleRun:
 def run_oracle(optimizer: str, budget: int, seed: int = 0, sizes: SplitSizes = SplitSizes(200, 300, 50),
                space: SearchSpace | None = None, options: dict | None = None,
                accuracy: Callable[[str], float] = oracle_accuracy, proposals: Callable[[str], str] | None = None,
-               correlation: float = 0.0, alpha: float = 0.05, dev_alpha: float = 0.10, confirm_top: int = 1) -> OracleRun:
-    """One search on the oracle and the held-out verdict, through the run engine (no run directory)."""
+               correlation: float = 0.0, alpha: float = 0.05, dev_alpha: float = 0.10, confirm_top: int = 1,
+               serve: Serve = DEFAULT_SERVE) -> OracleRun:
+    """One search on the oracle and the held-out verdict, through the run engine (no run directory), in the
+    serving contract `serve`."""
     task = synthetic_task(n_per_class=max(200, sum(vars(sizes).values()) // 3 + 1), sizes=sizes)
     backend = SyntheticOracleBackend.for_task(task, accuracy, seed=seed, proposals=proposals,
                                               difficulty_correlation=correlation)
     config = RunConfig(task=task.name, optimizer=optimizer, budget=budget, seed=seed, optimizer_options=options or {},
                        alpha=alpha, dev_alpha=dev_alpha, confirm_top=confirm_top, train_size=sizes.train,
-                       dev_size=sizes.dev, test_size=sizes.test)
+                       dev_size=sizes.dev, test_size=sizes.test, serve=serve)
     result = run_study(config, task=task, space=space or oracle_space(), backend=backend, record=False)
     return OracleRun(result, task, backend)
 
@@ -261,14 +263,15 @@ def error_rate_proposer() -> Callable[[str], str]:
 
 
 def error_rate_run(name: str, budget: int, seed: int, delta: float, rho: float, rare: bool = False,
-                   options: dict | None = None, *, shape: str = "54") -> dict:
+                   options: dict | None = None, *, shape: str = "54", serve: Serve = DEFAULT_SERVE) -> dict:
     """One search and verdict on the error-rate problem: did it confirm, is what ships truly better?
-    `shape` picks the space from `ERROR_RATE_SPACES` (default: `error_rate_space`, 54 prompts)."""
+    `shape` picks the space from `ERROR_RATE_SPACES` (default: `error_rate_space`, 54 prompts); `serve` the
+    contract the search and the verdict score in."""
     if shape not in ERROR_RATE_SPACES:
         raise ValueError(f"error-rate space shape {shape!r}: known shapes are {', '.join(ERROR_RATE_SPACES)}")
     run = run_oracle(name, budget, seed=seed, sizes=ERROR_RATE_SIZES, space=ERROR_RATE_SPACES[shape](),
                      accuracy=error_rate_accuracy(delta, rare=rare), proposals=error_rate_proposer(),
-                     correlation=rho, options=options)
+                     correlation=rho, options=options, serve=serve)
     train = {e.id: e for e in run.task.splits["train"]}
     example = run.task.splits["test"][0]
 
