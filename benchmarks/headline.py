@@ -299,10 +299,7 @@ def seen_before(run: dict[str, Any], seeds: list[int]) -> tuple[int, int, int] |
     if run["task"] not in BUILTIN:
         return None
     sizes = SplitSizes(run["train_size"], run["dev_size"], run["test_size"])
-
-    reported = builtin_draws(run["task"], run["data_dir"], sizes, range(run["split_seed"], run["split_seed"] + len(seeds)),
-                             run["pool"])
-    tests = {example_text(ex) for draw in reported for ex in draw.splits["test"]}
+    tests = _test_texts(run, seeds)
     earlier = [draw.splits for draw in builtin_draws(run["task"], run["data_dir"], sizes, EARLIER_SPLIT_SEEDS, "all")]
     judged = {example_text(ex) for splits in earlier for split in ("dev", "test") for ex in splits[split]}
     trained = {example_text(ex) for splits in earlier for ex in splits["train"]}
@@ -312,12 +309,16 @@ def seen_before(run: dict[str, Any], seeds: list[int]) -> tuple[int, int, int] |
 def in_first_headline(run: dict[str, Any], seeds: list[int]) -> int:
     """How many of the run's distinct test examples the first headline (protocol v1: reporting pool, split seeds
     100-104, test 1000) also tested on: a v2 run draws from the same reporting half."""
+    first = builtin_draws(run["task"], run["data_dir"], SplitSizes(1000, 300, 1000), FIRST_HEADLINE_SEEDS, "reporting")
+    return len(_test_texts(run, seeds) & {example_text(ex) for draw in first for ex in draw.splits["test"]})
+
+
+def _test_texts(run: dict[str, Any], seeds: list[int]) -> set[str]:
+    """The distinct test examples (normalized text) of the run's seeds, drawn as the run drew them."""
     sizes = SplitSizes(run["train_size"], run["dev_size"], run["test_size"])
     reported = builtin_draws(run["task"], run["data_dir"], sizes, range(run["split_seed"], run["split_seed"] + len(seeds)),
                              run["pool"])
-    first = builtin_draws(run["task"], run["data_dir"], SplitSizes(1000, 300, 1000), FIRST_HEADLINE_SEEDS, "reporting")
-    tests = {example_text(ex) for draw in reported for ex in draw.splits["test"]}
-    return len(tests & {example_text(ex) for draw in first for ex in draw.splits["test"]})
+    return {example_text(ex) for draw in reported for ex in draw.splits["test"]}
 
 
 def _seen_line(run: dict[str, Any], seeds: list[int], family: str) -> str:
